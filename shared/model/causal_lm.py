@@ -1,0 +1,105 @@
+"""The own forward pass of a Llama-family causal LM over a ragged batch and a paged KV cache."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from treespec.shared.model.attention.backend import AttentionBackend
+from treespec.shared.model.config import ModelConfig
+from treespec.shared.model.kv_cache import KVCache
+from treespec.shared.model.rope import RopeTables, apply_rope
+from treespec.shared.model.weights import AttentionWeights, MlpWeights, ModelWeights
+
+
+@dataclass(frozen=True)
+class HiddenCapture:
+    """Which tokens' hidden states to return, and which layers' inputs besides the final normed state."""
+
+    rows: torch.Tensor  # [C] long: token rows of the batch
+    aux_layers: tuple[int, ...] = ()  # residual stream entering these layers (HF hidden_states[i])
+
+
+@dataclass(frozen=True)
+class ForwardOutput:
+    logits: torch.Tensor  # [R, vocab] float32 for the requested rows
+    hidden: torch.Tensor | None  # [C, hidden]: final normed state of the captured rows
+    aux_hidden: torch.Tensor | None  # [C, len(aux_layers) * hidden]: the aux layers' states, concatenated
+
+
+class CausalLM:
+    def __init__(self, config: ModelConfig, weights: ModelWeights, rope: RopeTables) -> None:
+        self.config = config
+        self.weights = weights
+        self.rope = rope
+
+    @property
+    def device(self) -> torch.device:
+        return self.weights.embed.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.weights.embed.dtype
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [T] long
+        positions: torch.Tensor,  # [T] long
+        backend: AttentionBackend,
+        plan: Any,
+        cache: KVCache,
+        logits_rows: torch.Tensor,  # [R] long
+        capture: HiddenCapture | None = None,
+    ) -> ForwardOutput:
+        cos, sin = self.rope.lookup(positions, self.dtype)
+        h = self.weights.embed[input_ids]
+        aux: list[torch.Tensor] = []
+        for i, layer in enumerate(self.weights.layers):
+            if capture is not None and i in capture.aux_layers:
+                aux.append(h[capture.rows])
+            attn_out = self._attention(layer.attn, self._norm(h, layer.input_norm), cos, sin, i, backend, plan, cache)
+            h = h + attn_out
+            h = h + self._mlp(layer.mlp, self._norm(h, layer.post_attention_norm))
+        logits_rows_h = self._norm(h[logits_rows], self.weights.norm)
+        logits = F.linear(logits_rows_h, self.weights.lm_head).float()
+        hidden = aux_hidden = None
+        if capture is not None:
+            hidden = self._norm(h[capture.rows], self.weights.norm)
+            aux_hidden = torch.cat(aux, dim=-1) if aux else None
+        return ForwardOutput(logits=logits, hidden=hidden, aux_hidden=aux_hidden)
+
+    def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), weight, self.config.rms_norm_eps)
+
+    def _attention(
+        self,
+        w: AttentionWeights,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        layer: int,
+        backend: AttentionBackend,
+        plan: Any,
+        cache: KVCache,
+    ) -> torch.Tensor:
+        c = self.config
+        qkv = F.linear(x, w.qkv, w.qkv_bias)
+        q, k, v = qkv.split([c.q_size, c.kv_size, c.kv_size], dim=-1)
+        q = q.view(-1, c.num_heads, c.head_dim)
+        k = k.view(-1, c.num_kv_heads, c.head_dim)
+        v = v.view(-1, c.num_kv_heads, c.head_dim)
+        if w.q_norm is not None and w.k_norm is not None:
+            q, k = self._norm(q, w.q_norm), self._norm(k, w.k_norm)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        return F.linear(backend.attend(plan, layer, q, k, v, cache), w.o, w.o_bias)
+
+    @staticmethod
+    def _mlp(w: MlpWeights, x: torch.Tensor) -> torch.Tensor:
+        gate, up = F.linear(x, w.gate_up, w.gate_up_bias).chunk(2, dim=-1)
+        return F.linear(F.silu(gate) * up, w.down, w.down_bias)
+
+

@@ -1,0 +1,120 @@
+"""The target model's architecture, read from a Hugging Face `config.json`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from treespec.shared.model.errors import ModelLoadError
+
+# Architectures whose weights and maths the own forward implements: the Llama family.
+SUPPORTED_ARCHITECTURES = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """What the forward pass needs to know about a Llama-family checkpoint."""
+
+    architecture: str
+    family: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    attention_bias: bool
+    mlp_bias: bool
+    qk_norm: bool
+    sliding_window: int | None
+    eos_token_ids: tuple[int, ...]
+    raw: dict[str, Any]
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> ModelConfig:
+        architecture = _architecture(raw)
+        family = SUPPORTED_ARCHITECTURES[architecture]
+        num_heads = int(raw["num_attention_heads"])
+        hidden = int(raw["hidden_size"])
+        return cls(
+            architecture=architecture,
+            family=family,
+            vocab_size=int(raw["vocab_size"]),
+            hidden_size=hidden,
+            intermediate_size=int(raw["intermediate_size"]),
+            num_layers=int(raw["num_hidden_layers"]),
+            num_heads=num_heads,
+            num_kv_heads=int(raw.get("num_key_value_heads") or num_heads),
+            head_dim=int(raw.get("head_dim") or hidden // num_heads),
+            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+            max_position_embeddings=int(raw.get("max_position_embeddings", 4096)),
+            tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+            # Qwen2 always has q/k/v biases; Llama and Mistral only when the config says so.
+            attention_bias=family == "qwen2" or bool(raw.get("attention_bias", False)),
+            mlp_bias=bool(raw.get("mlp_bias", False)),
+            qk_norm=family == "qwen3",
+            sliding_window=_sliding_window(raw, family),
+            eos_token_ids=_eos_ids(raw.get("eos_token_id")),
+            raw=raw,
+        )
+
+    @classmethod
+    def from_dir(cls, path: Path) -> ModelConfig:
+        config_file = path / "config.json"
+        if not config_file.is_file():
+            raise ModelLoadError(f"{path}: no config.json; expected a Hugging Face model directory")
+        try:
+            raw = json.loads(config_file.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ModelLoadError(f"{config_file}: not valid JSON ({exc})") from exc
+        try:
+            return cls.from_dict(raw)
+        except KeyError as exc:
+            raise ModelLoadError(f"{config_file}: missing key {exc}") from exc
+
+
+def _architecture(raw: dict[str, Any]) -> str:
+    names = raw.get("architectures") or []
+    for name in names:
+        if name in SUPPORTED_ARCHITECTURES:
+            return str(name)
+    supported = ", ".join(sorted(SUPPORTED_ARCHITECTURES))
+    found = ", ".join(names) or f"model_type={raw.get('model_type')!r}"
+    raise ModelLoadError(f"unsupported architecture {found}; treespec supports {supported}")
+
+
+def _sliding_window(raw: dict[str, Any], family: str) -> int | None:
+    window = raw.get("sliding_window")
+    if not window:
+        return None
+    # Qwen2/Qwen3 configs carry a window but only use it when use_sliding_window is set.
+    if family in ("qwen2", "qwen3") and not raw.get("use_sliding_window", False):
+        return None
+    return int(window)
+
+
+def _eos_ids(value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, list):
+        return tuple(int(v) for v in value)
+    return (int(value),)

@@ -1,0 +1,83 @@
+"""The paged KV cache: a block pool per layer and the allocator that hands blocks to requests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from treespec.shared.model.config import ModelConfig
+
+
+class OutOfBlocksError(RuntimeError):
+    """The pool cannot satisfy an allocation; the scheduler preempts and retries."""
+
+
+@dataclass
+class KVCache:
+    """K and V pools: [num_layers, num_blocks, block_size, kv_heads, head_dim] each."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    block_size: int
+
+    @classmethod
+    def allocate(
+        cls, config: ModelConfig, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device
+    ) -> KVCache:
+        shape = (config.num_layers, num_blocks, block_size, config.num_kv_heads, config.head_dim)
+        return cls(
+            k=torch.zeros(shape, dtype=dtype, device=device),
+            v=torch.zeros(shape, dtype=dtype, device=device),
+            block_size=block_size,
+        )
+
+    @property
+    def num_blocks(self) -> int:
+        return int(self.k.shape[1])
+
+    def layer(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One layer's pools as flat slot views [num_blocks * block_size, kv_heads, head_dim]."""
+        return self.k[layer].flatten(0, 1), self.v[layer].flatten(0, 1)
+
+    def flat(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """All layers as [num_layers, num_slots, kv_heads, head_dim] views (for KV compaction)."""
+        return self.k.flatten(1, 2), self.v.flatten(1, 2)
+
+
+@dataclass
+class BlockAllocator:
+    """Free list and reference counts over the pool's block ids."""
+
+    num_blocks: int
+    _free: list[int] = field(init=False)
+    _refs: list[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._free = list(range(self.num_blocks - 1, -1, -1))
+        self._refs = [0] * self.num_blocks
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def allocate(self, n: int) -> list[int]:
+        if n > len(self._free):
+            raise OutOfBlocksError(f"need {n} KV blocks, {len(self._free)} free")
+        blocks = [self._free.pop() for _ in range(n)]
+        for b in blocks:
+            self._refs[b] = 1
+        return blocks
+
+    def share(self, blocks: list[int]) -> None:
+        """Another owner holds these blocks too (a shared prefix)."""
+        for b in blocks:
+            self._refs[b] += 1
+
+    def free(self, blocks: list[int]) -> None:
+        for b in blocks:
+            if self._refs[b] <= 0:
+                raise RuntimeError(f"KV block {b} freed twice")
+            self._refs[b] -= 1
+            if self._refs[b] == 0:
+                self._free.append(b)

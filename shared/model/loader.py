@@ -1,0 +1,40 @@
+"""Load a Hugging Face model directory into the own forward pass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from treespec.shared.model.causal_lm import CausalLM
+from treespec.shared.model.config import ModelConfig
+from treespec.shared.model.errors import ModelLoadError
+from treespec.shared.model.rope import build_rope_tables
+from treespec.shared.model.weights import load_weights
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    device: str = "cpu"
+    dtype: str = "auto"  # float32 on CPU, bfloat16 on GPU
+
+    def torch_dtype(self) -> torch.dtype:
+        if self.dtype == "auto":
+            return torch.float32 if torch.device(self.device).type == "cpu" else torch.bfloat16
+        if self.dtype not in DTYPES:
+            raise ModelLoadError(f"unknown dtype {self.dtype!r}; choose auto, {', '.join(DTYPES)}")
+        return DTYPES[self.dtype]
+
+
+def load_model(path: Path, options: LoadOptions | None = None) -> CausalLM:
+    options = options or LoadOptions()
+    path = Path(path)
+    if not path.is_dir():
+        raise ModelLoadError(f"{path}: not a directory")
+    config = ModelConfig.from_dir(path)
+    device = torch.device(options.device)
+    weights = load_weights(path, config, options.torch_dtype(), device)
+    return CausalLM(config, weights, build_rope_tables(config, device))

@@ -1,0 +1,177 @@
+"""Reading a checkpoint's safetensors (one file or sharded with an index) into fused layer weights."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+from tqdm import tqdm
+
+from treespec.shared.model.config import ModelConfig
+from treespec.shared.model.errors import ModelLoadError
+
+
+@dataclass
+class AttentionWeights:
+    qkv: torch.Tensor  # [q_size + 2 * kv_size, hidden]: q, k and v projections fused into one matmul
+    qkv_bias: torch.Tensor | None  # [q_size + 2 * kv_size] (Qwen2)
+    o: torch.Tensor  # [hidden, q_size]
+    o_bias: torch.Tensor | None  # [hidden] (Llama/Mistral with attention_bias; Qwen2 has none)
+    q_norm: torch.Tensor | None  # [head_dim] (Qwen3)
+    k_norm: torch.Tensor | None  # [head_dim] (Qwen3)
+
+
+@dataclass
+class MlpWeights:
+    gate_up: torch.Tensor  # [2 * intermediate, hidden]: gate and up fused
+    gate_up_bias: torch.Tensor | None
+    down: torch.Tensor  # [hidden, intermediate]
+    down_bias: torch.Tensor | None
+
+
+@dataclass
+class LayerWeights:
+    input_norm: torch.Tensor  # [hidden]
+    post_attention_norm: torch.Tensor  # [hidden]
+    attn: AttentionWeights
+    mlp: MlpWeights
+
+
+@dataclass
+class ModelWeights:
+    embed: torch.Tensor  # [vocab, hidden]
+    layers: list[LayerWeights]
+    norm: torch.Tensor  # [hidden]
+    lm_head: torch.Tensor  # [vocab, hidden]; the same storage as `embed` when tied
+
+
+class TensorSource:
+    """Name -> tensor over the checkpoint's safetensors files, opened lazily (mmap)."""
+
+    def __init__(self, path: Path, stack: ExitStack) -> None:
+        self._files = _weight_map(path)
+        self._stack = stack
+        self._open: dict[Path, object] = {}
+
+    def names(self) -> set[str]:
+        return set(self._files)
+
+    def get(self, name: str) -> torch.Tensor:
+        file = self._files.get(name)
+        if file is None:
+            raise ModelLoadError(f"checkpoint has no tensor {name!r}")
+        handle = self._open.get(file)
+        if handle is None:
+            handle = self._open[file] = self._stack.enter_context(_open_safetensors(file))
+        try:
+            return handle.get_tensor(name)  # type: ignore[attr-defined]
+        except SafetensorError as exc:
+            raise ModelLoadError(f"{file}: cannot read tensor {name!r} ({exc})") from exc
+
+
+def load_weights(path: Path, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> ModelWeights:
+    with ExitStack() as stack:
+        source = TensorSource(path, stack)
+        loader = _Loader(source, config, dtype, device)
+        layers = [loader.layer(i) for i in _progress(config.num_layers, path)]
+        embed = loader.tensor("model.embed_tokens.weight", (config.vocab_size, config.hidden_size))
+        if config.tie_word_embeddings or "lm_head.weight" not in source.names():
+            lm_head = embed
+        else:
+            lm_head = loader.tensor("lm_head.weight", (config.vocab_size, config.hidden_size))
+        norm = loader.tensor("model.norm.weight", (config.hidden_size,))
+        return ModelWeights(embed=embed, layers=layers, norm=norm, lm_head=lm_head)
+
+
+@dataclass
+class _Loader:
+    source: TensorSource
+    config: ModelConfig
+    dtype: torch.dtype
+    device: torch.device
+
+    def tensor(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        t = self.source.get(name)
+        if tuple(t.shape) != shape:
+            raise ModelLoadError(f"tensor {name!r} has shape {tuple(t.shape)}, config implies {shape}")
+        return t.to(device=self.device, dtype=self.dtype).contiguous()
+
+    def optional(self, name: str, shape: tuple[int, ...], present: bool) -> torch.Tensor | None:
+        return self.tensor(name, shape) if present else None
+
+    def layer(self, i: int) -> LayerWeights:
+        c, p = self.config, f"model.layers.{i}."
+        h = c.hidden_size
+        return LayerWeights(
+            input_norm=self.tensor(p + "input_layernorm.weight", (h,)),
+            post_attention_norm=self.tensor(p + "post_attention_layernorm.weight", (h,)),
+            attn=self.attention(p + "self_attn."),
+            mlp=self.mlp(p + "mlp."),
+        )
+
+    def attention(self, p: str) -> AttentionWeights:
+        c = self.config
+        h, sizes = c.hidden_size, (c.q_size, c.kv_size, c.kv_size)
+        names = ("q_proj", "k_proj", "v_proj")
+        qkv = torch.cat([self.tensor(f"{p}{n}.weight", (s, h)) for n, s in zip(names, sizes, strict=True)])
+        bias = None
+        if c.attention_bias:
+            bias = torch.cat([self.tensor(f"{p}{n}.bias", (s,)) for n, s in zip(names, sizes, strict=True)])
+        return AttentionWeights(
+            qkv=qkv,
+            qkv_bias=bias,
+            o=self.tensor(p + "o_proj.weight", (h, c.q_size)),
+            o_bias=self.optional(p + "o_proj.bias", (h,), c.attention_bias and c.family != "qwen2"),
+            q_norm=self.optional(p + "q_norm.weight", (c.head_dim,), c.qk_norm),
+            k_norm=self.optional(p + "k_norm.weight", (c.head_dim,), c.qk_norm),
+        )
+
+    def mlp(self, p: str) -> MlpWeights:
+        c = self.config
+        h, i = c.hidden_size, c.intermediate_size
+        gate_up = torch.cat([self.tensor(p + "gate_proj.weight", (i, h)), self.tensor(p + "up_proj.weight", (i, h))])
+        gate_up_bias = down_bias = None
+        if c.mlp_bias:
+            gate_up_bias = torch.cat([self.tensor(p + "gate_proj.bias", (i,)), self.tensor(p + "up_proj.bias", (i,))])
+            down_bias = self.tensor(p + "down_proj.bias", (h,))
+        return MlpWeights(
+            gate_up=gate_up,
+            gate_up_bias=gate_up_bias,
+            down=self.tensor(p + "down_proj.weight", (h, i)),
+            down_bias=down_bias,
+        )
+
+
+def _weight_map(path: Path) -> dict[str, Path]:
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            mapping = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError) as exc:
+            raise ModelLoadError(f"{index}: not a valid safetensors index ({exc})") from exc
+        missing = sorted({f for f in mapping.values() if not (path / f).is_file()})
+        if missing:
+            raise ModelLoadError(f"{path}: shard(s) named in the index are missing: {', '.join(missing)}")
+        return {name: path / file for name, file in mapping.items()}
+    single = path / "model.safetensors"
+    if single.is_file():
+        with _open_safetensors(single) as handle:
+            return dict.fromkeys(handle.keys(), single)
+    hint = " (pytorch_model.bin found: convert it to safetensors)" if (path / "pytorch_model.bin").exists() else ""
+    raise ModelLoadError(f"{path}: no model.safetensors or model.safetensors.index.json{hint}")
+
+
+def _open_safetensors(file: Path):  # type: ignore[no-untyped-def]
+    try:
+        return safe_open(str(file), framework="pt")
+    except (SafetensorError, OSError) as exc:
+        raise ModelLoadError(f"{file}: corrupt or unreadable safetensors file ({exc})") from exc
+
+
+def _progress(num_layers: int, path: Path) -> Iterator[int]:
+    yield from tqdm(range(num_layers), desc=f"loading {path.name}", unit="layer", leave=False)

@@ -1,0 +1,101 @@
+"""The own forward equals HF transformers' on tiny random models of each supported family."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+
+from tests.unit.model.paged import PagedDriver, Seq
+from treespec.shared.model.loader import load_model
+
+TINY = dict(
+    vocab_size=97,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+)
+
+FAMILIES = {
+    "llama": (transformers.LlamaConfig, dict(tie_word_embeddings=False)),
+    "llama-tied-bias": (transformers.LlamaConfig, dict(tie_word_embeddings=True, attention_bias=True)),
+    "llama3-rope": (
+        transformers.LlamaConfig,
+        dict(
+            rope_parameters=dict(
+                rope_type="llama3",
+                rope_theta=50000.0,
+                factor=8.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=32,
+            )
+        ),
+    ),
+    "mistral": (transformers.MistralConfig, dict(sliding_window=None)),
+    "qwen2": (transformers.Qwen2Config, dict(tie_word_embeddings=True)),
+    "qwen3": (transformers.Qwen3Config, dict(head_dim=24, tie_word_embeddings=False)),
+}
+
+
+def make_checkpoint(tmp: Path, family: str, shard: bool = False) -> transformers.PreTrainedModel:
+    config_cls, extra = FAMILIES[family]
+    config = config_cls(**TINY, **extra)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).float().eval()
+    with torch.no_grad():  # norms start at one; perturb them so that a missed norm shows
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.3)
+    model.save_pretrained(tmp, max_shard_size="40KB" if shard else "5GB")
+    return model
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / b.abs().max())
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_logits_match_hf(tmp_path: Path, family: str) -> None:
+    hf = make_checkpoint(tmp_path, family)
+    ids = torch.randint(0, TINY["vocab_size"], (21,), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want = hf(ids[None]).logits[0]
+    got = PagedDriver(load_model(tmp_path)).forward([(Seq(), ids, None)])[0]
+    assert rel_err(got, want) < 1e-4
+
+
+def test_sharded_checkpoint_loads(tmp_path: Path) -> None:
+    hf = make_checkpoint(tmp_path, "llama", shard=True)
+    assert (tmp_path / "model.safetensors.index.json").is_file()
+    ids = torch.arange(10)
+    with torch.no_grad():
+        want = hf(ids[None]).logits[0]
+    got = PagedDriver(load_model(tmp_path)).forward([(Seq(), ids, None)])[0]
+    assert rel_err(got, want) < 1e-4
+
+
+def test_hidden_capture_matches_hf_hidden_states(tmp_path: Path) -> None:
+    hf = make_checkpoint(tmp_path, "llama")
+    ids = torch.arange(12)
+    with torch.no_grad():
+        out = hf(ids[None], output_hidden_states=True)
+    model = load_model(tmp_path)
+    driver = PagedDriver(model)
+    from treespec.shared.model.attention.layout import BatchLayout
+    from treespec.shared.model.causal_lm import HiddenCapture
+
+    layout = BatchLayout([driver.layout(Seq(), len(ids))])
+    plan = driver.backend.plan(layout, model.device)
+    rows = torch.tensor([3, 11])
+    res = model.forward(ids, layout.positions(), driver.backend, plan, driver.cache, rows, HiddenCapture(rows, (1, 2)))
+    want_aux = torch.cat([out.hidden_states[1][0, rows], out.hidden_states[2][0, rows]], dim=-1)
+    assert res.aux_hidden is not None and res.hidden is not None
+    assert rel_err(res.aux_hidden, want_aux) < 1e-5
+    # HF's last hidden state is after the final norm.
+    assert rel_err(res.hidden, out.hidden_states[-1][0, rows]) < 1e-4

@@ -1,0 +1,72 @@
+"""Chunked prefill, ragged batches and token trees give the same logits as the plain forward."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.unit.model.paged import PagedDriver, Seq
+from tests.unit.model.test_forward_vs_hf import TINY, make_checkpoint, rel_err
+from treespec.shared.model.causal_lm import CausalLM
+from treespec.shared.model.loader import load_model
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> CausalLM:
+    path: Path = tmp_path_factory.mktemp("qwen2")
+    make_checkpoint(path, "qwen2")
+    return load_model(path)
+
+
+def ids(n: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, TINY["vocab_size"], (n,), generator=torch.Generator().manual_seed(seed))
+
+
+def test_chunked_prefill_equals_one_shot(model: CausalLM) -> None:
+    prompt = ids(37, 0)
+    want = PagedDriver(model).forward([(Seq(), prompt, None)])[0]
+    driver, seq = PagedDriver(model), Seq()
+    got = torch.cat([driver.forward([(seq, chunk, None)])[0] for chunk in prompt.split([5, 1, 13, 7, 11])])
+    assert rel_err(got, want) < 1e-5
+
+
+def test_ragged_batch_equals_one_at_a_time(model: CausalLM) -> None:
+    prompts = [ids(n, s) for s, n in enumerate((9, 23, 4, 16))]
+    tree = ids(6, 9)
+    parents = torch.tensor([-1, 0, 0, 1, 1, 2])
+    # Alone: each request prefilled, then one step each (prefill chunk, decode token, tree, decode token).
+    alone = []
+    for i, p in enumerate(prompts):
+        driver, seq = PagedDriver(model), Seq()
+        driver.forward([(seq, p[:-2], None)])
+        step = [(seq, p[-2:], None), (seq, p[-1:], None), (seq, tree, parents), (seq, p[-1:], None)][i]
+        alone.append(driver.forward([step])[0])
+    # Together: the same steps in one ragged forward over a shared pool.
+    driver = PagedDriver(model)
+    seqs = [Seq() for _ in prompts]
+    for seq, p in zip(seqs, prompts, strict=True):
+        driver.forward([(seq, p[:-2], None)])
+    items = [(seqs[0], prompts[0][-2:], None), (seqs[1], prompts[1][-1:], None)]
+    items += [(seqs[2], tree, parents), (seqs[3], prompts[3][-1:], None)]
+    together = driver.forward(items)
+    for a, b in zip(together, alone, strict=True):
+        assert rel_err(a, b) < 1e-5
+
+
+def test_tree_node_logits_equal_its_path_as_a_chain(model: CausalLM) -> None:
+    prompt = ids(11, 3)
+    tree = ids(7, 4)
+    parents = torch.tensor([-1, 0, 0, 1, 3, 2, 0])
+    driver, seq = PagedDriver(model), Seq()
+    driver.forward([(seq, prompt, None)])
+    tree_logits = driver.forward([(seq, tree, parents)])[0]
+    for node in range(len(tree)):
+        path, i = [], node
+        while i >= 0:
+            path.append(i)
+            i = int(parents[i])
+        chain = tree[torch.tensor(path[::-1])]
+        solo = PagedDriver(model).forward([(Seq(), torch.cat([prompt, chain]), None)])[0]
+        assert rel_err(tree_logits[node], solo[-1]) < 1e-5
