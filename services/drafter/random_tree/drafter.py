@@ -1,0 +1,79 @@
+"""Random trees within the budget: exercises rejection paths and tree shapes (tests, measurement)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from treespec.shared.drafting.drafter import Drafter, DrafterContext, DraftQuery
+from treespec.shared.drafting.token_tree import TokenTree, TreeBudget
+
+
+class RandomTreeDrafter(Drafter):
+    """Trees of random shape and tokens, as large as the budget allows.
+
+    With `with_probs`, each parent's children get random draft probabilities and are ordered as a draw
+    without replacement from them, which is exactly what kernels/acceptance.py requires of such drafts.
+    """
+
+    def __init__(self, vocab_size: int, seed: int = 0, with_probs: bool = False) -> None:
+        self.vocab_size = vocab_size
+        self.with_probs = with_probs
+        self._generator = torch.Generator().manual_seed(seed)
+        self._last: dict[str, int] = {}
+
+    @classmethod
+    def create(cls, context: DrafterContext) -> RandomTreeDrafter:
+        return cls(context.vocab_size, **context.options)
+
+    def open(self, request_id: str, prompt: Sequence[int]) -> None:
+        self._last[request_id] = prompt[-1]
+
+    def commit(self, request_id: str, tokens: Sequence[int]) -> None:
+        if tokens:
+            self._last[request_id] = tokens[-1]
+
+    def close(self, request_id: str) -> None:
+        self._last.pop(request_id, None)
+
+    def propose(self, queries: Sequence[DraftQuery]) -> list[TokenTree | None]:
+        return [self._tree(self._last[q.request_id], q.budget) for q in queries]
+
+    def _tree(self, root: int, budget: TreeBudget) -> TokenTree:
+        parents = self._shape(budget)
+        n = len(parents)
+        tokens = [root] + [0] * (n - 1)
+        probs = [1.0] * n
+        for parent in range(n):
+            kids = [c for c in range(1, n) if parents[c] == parent]
+            if kids:
+                self._fill_siblings(kids, tokens, probs)
+        return TokenTree(
+            torch.tensor(tokens, dtype=torch.long),
+            torch.tensor(parents, dtype=torch.long),
+            torch.tensor(probs, dtype=torch.float32) if self.with_probs else None,
+        )
+
+    def _shape(self, budget: TreeBudget) -> list[int]:
+        parents, depth, kids = [-1], [0], [0]
+        for _ in range(budget.num_draft_tokens - 1):
+            open_nodes = [i for i in range(len(parents)) if depth[i] < budget.num_steps and kids[i] < budget.topk]
+            if not open_nodes:
+                break
+            p = open_nodes[int(torch.randint(len(open_nodes), (), generator=self._generator))]
+            parents.append(p)
+            depth.append(depth[p] + 1)
+            kids[p] += 1
+            kids.append(0)
+        return parents
+
+    def _fill_siblings(self, kids: list[int], tokens: list[int], probs: list[float]) -> None:
+        k = min(len(kids), self.vocab_size)
+        choice = torch.randperm(self.vocab_size, generator=self._generator)[:k]
+        weights = torch.distributions.Dirichlet(torch.ones(k)).sample() if k > 1 else torch.ones(1)
+        # The children's order is a draw without replacement from their draft probabilities.
+        order = torch.multinomial(weights, k, replacement=False, generator=self._generator)
+        for child, j in zip(kids, order.tolist(), strict=False):
+            tokens[child] = int(choice[j])
+            probs[child] = float(weights[j])

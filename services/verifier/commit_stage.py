@@ -1,0 +1,101 @@
+"""Step 5: move accepted K/V into place, append tokens, apply stop rules, report, tell the drafter."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import torch
+
+from treespec.kernels.kv_compaction import compact_kv
+from treespec.kernels.tree_mask import tree_depths
+from treespec.shared.drafting.drafter import Drafter
+from treespec.shared.model.kv_cache import KVCache
+from treespec.verifier.forward_stage import ForwardResult
+from treespec.verifier.request import FinishReason, RequestOutput
+from treespec.verifier.state import RequestState
+from treespec.verifier.stats import SpecStats
+from treespec.verifier.verify_stage import Verdict
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StopRules:
+    eos_token_ids: Collection[int]
+    context_length: int
+
+    def cut(self, state: RequestState, emitted: list[int]) -> tuple[list[int], FinishReason | None]:
+        """The emitted tokens up to and including the first that ends the request."""
+        sampling = state.request.sampling
+        stops = set(sampling.stop_token_ids) | (set() if sampling.ignore_eos else set(self.eos_token_ids))
+        for i, token in enumerate(emitted):
+            if token in stops:
+                return emitted[: i + 1], FinishReason.STOP
+            if state.num_output + i + 1 >= sampling.max_new_tokens:
+                return emitted[: i + 1], FinishReason.LENGTH
+            if len(state.tokens) + i + 1 >= self.context_length:
+                return emitted[: i + 1], FinishReason.LENGTH
+        return emitted, None
+
+
+@dataclass
+class CommitStage:
+    cache: KVCache
+    stop_rules: StopRules
+    drafter: Drafter | None
+    totals: SpecStats
+
+    def run(self, result: ForwardResult, verdicts: list[Verdict]) -> list[RequestOutput]:
+        self._compact(verdicts)
+        for item in result.items:
+            if item.tree is None:  # a prefill chunk that leaves more prompt for later steps
+                item.state.kv_len += item.num_new
+        return [self._commit(v) for v in verdicts]
+
+    def _compact(self, verdicts: list[Verdict]) -> None:
+        """Accepted node path[j] sits in scratch slot kv_len + path[j]; it belongs at kv_len + j."""
+        src: list[torch.Tensor] = []
+        dst: list[torch.Tensor] = []
+        for v in verdicts:
+            path = v.acceptance.path
+            moved = [j for j in range(len(path)) if path[j] != j]
+            if v.item.is_decode and moved:
+                base = v.item.state.kv_len
+                src.append(v.item.kv_slots[[base + path[j] for j in moved]])
+                dst.append(v.item.kv_slots[[base + j for j in moved]])
+        if src:
+            k, vv = self.cache.flat()
+            device = self.cache.k.device
+            compact_kv(k, vv, torch.cat(src).to(device), torch.cat(dst).to(device))
+
+    def _commit(self, verdict: Verdict) -> RequestOutput:
+        item, acceptance = verdict.item, verdict.acceptance
+        state = item.state
+        assert item.tree is not None
+        state.kv_len += len(acceptance.path) if item.is_decode else item.num_new
+        emitted, finish = self.stop_rules.cut(state, acceptance.emitted_tokens(item.tree.tokens))
+        state.tokens.extend(emitted)
+        if item.is_decode:
+            depth = int(tree_depths(item.tree.parents).max()) if item.tree.num_nodes > 1 else 0
+            state.stats.record_step(depth, item.tree.num_nodes - 1, len(acceptance.path) - 1, len(emitted))
+        state.finish_reason = finish
+        if finish is None and self.drafter is not None:
+            self._tell_drafter(state.request_id, emitted)
+        if finish is not None:
+            self.totals.merge(state.stats)
+        return RequestOutput(
+            request_id=state.request_id,
+            token_ids=emitted,
+            finish_reason=finish,
+            num_prompt_tokens=state.num_prompt,
+            stats=state.stats if finish is not None else None,
+        )
+
+    def _tell_drafter(self, request_id: str, tokens: list[int]) -> None:
+        assert self.drafter is not None
+        try:
+            self.drafter.commit(request_id, tokens)
+        except Exception as exc:  # the drafter's trouble never reaches the request
+            log.warning("drafter commit failed for %s: %r", request_id, exc)

@@ -1,0 +1,27 @@
+"""The engine's configuration: one frozen dataclass, built from CLI flags at the edge."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from treespec.verifier.request import SpeculationParams
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model_path: Path
+    device: str = "cpu"
+    dtype: str = "auto"
+    page_size: int = 16  # tokens per KV block
+    max_total_tokens: int = 32768  # KV pool capacity, in tokens
+    max_running_requests: int = 64
+    chunked_prefill_size: int = 512  # prompt tokens per engine step, over all requests
+    context_length: int | None = None  # None: the model's max_position_embeddings
+    speculative_algorithm: str | None = None  # a drafter registry name; None: plain decoding
+    speculation: SpeculationParams = field(default_factory=SpeculationParams)
+    torch_threads: int | None = None  # None: torch's default
+
+    @property
+    def num_blocks(self) -> int:
+        return -(-self.max_total_tokens // self.page_size)

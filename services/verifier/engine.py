@@ -1,0 +1,197 @@
+"""The verifier engine: continuous batching of requests over the target model, with speculation.
+
+One step: schedule -> draft -> forward -> verify -> commit (one module each). `add_request` and
+`abort` may be called from any thread; they take effect at the start of the next step.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import queue
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from treespec.shared.drafting.drafter import Drafter
+from treespec.shared.model.attention.torch_backend import TorchAttentionBackend
+from treespec.shared.model.causal_lm import CausalLM
+from treespec.shared.model.kv_cache import BlockAllocator, KVCache
+from treespec.shared.model.loader import LoadOptions, load_model
+from treespec.verifier.commit_stage import CommitStage, StopRules
+from treespec.verifier.config import EngineConfig
+from treespec.verifier.draft_stage import DraftStage
+from treespec.verifier.forward_stage import ForwardStage
+from treespec.verifier.request import FinishReason, GenerationRequest, InvalidRequestError, RequestOutput
+from treespec.verifier.scheduler import Scheduler
+from treespec.verifier.state import Phase, RequestState
+from treespec.verifier.stats import SpecStats
+from treespec.verifier.verify_stage import verify
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Abort:
+    request_id: str
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    token_ids: list[int]
+    finish_reason: FinishReason
+    stats: SpecStats
+
+
+class Engine:
+    def __init__(self, config: EngineConfig, drafter: Drafter | None = None, model: CausalLM | None = None) -> None:
+        if config.torch_threads:
+            torch.set_num_threads(config.torch_threads)
+        self.config = config
+        self.model = model or load_model(config.model_path, LoadOptions(config.device, config.dtype))
+        mc = self.model.config
+        self.context_length = min(config.context_length or mc.max_position_embeddings, mc.max_position_embeddings)
+        if config.max_total_tokens < self.context_length + config.speculation.num_draft_tokens:
+            # A request at the context limit must still fit alone, or it could never finish.
+            self.context_length = config.max_total_tokens - config.speculation.num_draft_tokens
+        self.cache = KVCache.allocate(mc, config.num_blocks, config.page_size, self.model.dtype, self.model.device)
+        self.allocator = BlockAllocator(config.num_blocks)
+        self.scheduler = Scheduler(
+            self.allocator, config.page_size, config.max_running_requests, config.chunked_prefill_size
+        )
+        self.drafter = drafter
+        self.stats = SpecStats()
+        self._draft = DraftStage(drafter, mc.vocab_size)
+        self._forward = ForwardStage(self.model, self.cache, TorchAttentionBackend(mc.sliding_window))
+        eos = set(mc.eos_token_ids) | _generation_eos(config.model_path)
+        self._commit = CommitStage(self.cache, StopRules(eos, self.context_length), drafter, self.stats)
+        self._inbox: queue.SimpleQueue[RequestState | _Abort] = queue.SimpleQueue()
+        self._states: dict[str, RequestState] = {}
+        self._arrivals = itertools.count()
+
+    # ---- thread-safe entry points -------------------------------------------------------------
+
+    def add_request(self, request: GenerationRequest) -> None:
+        """Validate now (raises InvalidRequestError) and queue for the next step."""
+        speculation = request.speculation or self.config.speculation
+        request.sampling.validate()
+        speculation.validate()
+        self._check_prompt(request)
+        seed = request.sampling.seed
+        generator = None if request.sampling.greedy else torch.Generator(self.model.device)
+        if generator is not None:
+            generator.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, ()).item()))
+        state = RequestState(
+            request, speculation, next(self._arrivals), list(request.prompt_ids), generator=generator
+        )
+        self._inbox.put(state)
+
+    def abort(self, request_id: str) -> None:
+        self._inbox.put(_Abort(request_id))
+
+    # ---- the engine loop (one thread) ----------------------------------------------------------
+
+    def has_work(self) -> bool:
+        return bool(self._states) or not self._inbox.empty()
+
+    def step(self) -> list[RequestOutput]:
+        outputs = self._drain_inbox()
+        batch = self.scheduler.schedule()
+        if batch.empty:
+            return outputs
+        trees = self._draft.trees(batch.decodes)
+        result = self._forward.run(batch, trees)
+        for out in self._commit.run(result, verify(result)):
+            outputs.append(out)
+            if out.finished:
+                self._finish(self._states[out.request_id])
+            else:
+                self.scheduler.trim(self._states[out.request_id])
+        return outputs
+
+    def generate(self, requests: Iterable[GenerationRequest]) -> dict[str, GenerationResult]:
+        """Run requests to completion (tests, benchmarks, the embedded mode)."""
+        tokens: dict[str, list[int]] = {}
+        for r in requests:
+            self.add_request(r)
+            tokens[r.request_id] = []
+        results: dict[str, GenerationResult] = {}
+        while self.has_work():
+            for out in self.step():
+                tokens[out.request_id].extend(out.token_ids)
+                if out.finish_reason is not None:
+                    stats = out.stats or SpecStats()
+                    results[out.request_id] = GenerationResult(tokens[out.request_id], out.finish_reason, stats)
+        return results
+
+    # ---- introspection ----------------------------------------------------------------------
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.allocator.num_free
+
+    @property
+    def num_running(self) -> int:
+        return len(self.scheduler.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting)
+
+    # ---- internals ----------------------------------------------------------------------------
+
+    def _check_prompt(self, request: GenerationRequest) -> None:
+        n = len(request.prompt_ids)
+        if n == 0:
+            raise InvalidRequestError("the prompt is empty")
+        if n >= self.context_length:
+            raise InvalidRequestError(f"the prompt has {n} tokens; the context length is {self.context_length}")
+        vocab = self.model.config.vocab_size
+        if any(not 0 <= t < vocab for t in request.prompt_ids):
+            raise InvalidRequestError(f"prompt token ids must be in [0, {vocab})")
+
+    def _drain_inbox(self) -> list[RequestOutput]:
+        outputs: list[RequestOutput] = []
+        while not self._inbox.empty():
+            item = self._inbox.get_nowait()
+            if isinstance(item, _Abort):
+                state = self._states.get(item.request_id)
+                if state is not None:
+                    state.finish_reason = FinishReason.ABORT
+                    self._finish(state)
+                    outputs.append(RequestOutput(state.request_id, [], FinishReason.ABORT, state.num_prompt))
+            elif item.request_id in self._states:
+                log.warning("duplicate request id %s ignored", item.request_id)
+            else:
+                self._states[item.request_id] = item
+                self.scheduler.add(item)
+                self._drafter_call("open", item.request_id, list(item.request.prompt_ids))
+        return outputs
+
+    def _finish(self, state: RequestState) -> None:
+        self.scheduler.remove(state)
+        state.phase = Phase.FINISHED
+        del self._states[state.request_id]
+        self._drafter_call("close", state.request_id)
+
+    def _drafter_call(self, method: str, *args: object) -> None:
+        if self.drafter is None:
+            return
+        try:
+            getattr(self.drafter, method)(*args)
+        except Exception as exc:  # a failing drafter costs speed, never a request
+            log.warning("drafter %s failed: %r", method, exc)
+
+
+def _generation_eos(model_path: Path) -> set[int]:
+    """EOS ids from generation_config.json, which chat models often set beyond config.json's."""
+    file = Path(model_path) / "generation_config.json"
+    if not file.is_file():
+        return set()
+    value = json.loads(file.read_text()).get("eos_token_id")
+    if value is None:
+        return set()
+    return {int(v) for v in value} if isinstance(value, list) else {int(value)}

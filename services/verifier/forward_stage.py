@@ -1,0 +1,103 @@
+"""Step 3: one ragged forward over prefill chunks, plain decode tokens and draft trees."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from treespec.kernels.tree_mask import tree_depths
+from treespec.shared.drafting.token_tree import TokenTree
+from treespec.shared.model.attention.backend import AttentionBackend
+from treespec.shared.model.attention.layout import BatchLayout, SequenceLayout
+from treespec.shared.model.causal_lm import CausalLM
+from treespec.shared.model.kv_cache import KVCache
+from treespec.verifier.scheduler import ScheduledBatch
+from treespec.verifier.state import RequestState
+
+
+@dataclass(frozen=True)
+class ForwardItem:
+    """A request's part of the forward. `tree` is what gets verified (root included); a prefill chunk
+    that does not finish the prompt has none and no logits rows."""
+
+    state: RequestState
+    num_new: int
+    tree: TokenTree | None
+    is_decode: bool
+    logits_start: int
+    kv_slots: torch.Tensor  # [kv_len + num_new] long: flat slot of each logical position
+
+
+@dataclass(frozen=True)
+class ForwardResult:
+    items: list[ForwardItem]
+    logits: torch.Tensor  # [R, vocab] float32, rows in item order
+
+
+def slots_of(blocks: list[int], num_slots: int, block_size: int) -> torch.Tensor:
+    """Flat KV slot of each of the first `num_slots` logical positions of a block table."""
+    table = torch.tensor(blocks, dtype=torch.long)
+    return (table[:, None] * block_size + torch.arange(block_size)).flatten()[:num_slots]
+
+
+@dataclass
+class ForwardStage:
+    model: CausalLM
+    cache: KVCache
+    backend: AttentionBackend
+
+    def run(self, batch: ScheduledBatch, trees: dict[str, TokenTree]) -> ForwardResult:
+        items: list[ForwardItem] = []
+        layouts: list[SequenceLayout] = []
+        ids: list[torch.Tensor] = []
+        rows: list[torch.Tensor] = []
+        num_tokens = num_rows = 0
+        for item, layout, new_ids in self._prefills(batch) + self._decodes(batch, trees):
+            items.append(ForwardItem(item.state, item.num_new, item.tree, item.is_decode, num_rows, item.kv_slots))
+            layouts.append(layout)
+            ids.append(new_ids)
+            if item.tree is not None:
+                n = item.tree.num_nodes
+                rows.append(torch.arange(num_tokens + item.num_new - n, num_tokens + item.num_new))
+                num_rows += n
+            num_tokens += item.num_new
+        device = self.model.device
+        layout_all = BatchLayout(layouts)
+        plan = self.backend.plan(layout_all, device)
+        out = self.model.forward(
+            torch.cat(ids).to(device),
+            layout_all.positions().to(device),
+            self.backend,
+            plan,
+            self.cache,
+            torch.cat(rows).to(device) if rows else torch.empty(0, dtype=torch.long, device=device),
+        )
+        return ForwardResult(items, out.logits)
+
+    def _prefills(self, batch: ScheduledBatch) -> list[tuple[ForwardItem, SequenceLayout, torch.Tensor]]:
+        parts = []
+        for work in batch.prefills:
+            s = work.state
+            new = torch.tensor(s.tokens[s.kv_len : s.kv_len + work.length], dtype=torch.long)
+            # The chunk that finishes the known tokens gets the next token from its last row.
+            tree = TokenTree.root_only(s.tokens[-1]) if work.completes_prompt else None
+            slots = slots_of(s.blocks, s.kv_len + work.length, self.cache.block_size)
+            positions = torch.arange(s.kv_len, s.kv_len + work.length)
+            item = ForwardItem(s, work.length, tree, False, 0, slots)
+            parts.append((item, SequenceLayout(s.kv_len, slots, positions), new))
+        return parts
+
+    def _decodes(
+        self, batch: ScheduledBatch, trees: dict[str, TokenTree]
+    ) -> list[tuple[ForwardItem, SequenceLayout, torch.Tensor]]:
+        parts = []
+        for s in batch.decodes:
+            tree = trees.get(s.request_id) or TokenTree.root_only(s.tokens[-1])
+            n = tree.num_nodes
+            slots = slots_of(s.blocks, s.kv_len + n, self.cache.block_size)
+            parents = tree.parents if n > 1 else None
+            positions = s.kv_len + (tree_depths(tree.parents) if n > 1 else torch.zeros(1, dtype=torch.long))
+            item = ForwardItem(s, n, tree, True, 0, slots)
+            parts.append((item, SequenceLayout(s.kv_len, slots, positions, parents), tree.tokens))
+        return parts

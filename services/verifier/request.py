@@ -1,0 +1,96 @@
+"""What a client asks of the engine and what it gets back."""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from treespec.shared.drafting.token_tree import TreeBudget
+from treespec.verifier.stats import SpecStats
+
+
+class InvalidRequestError(ValueError):
+    """A request the engine refuses: bad parameters, or a prompt beyond the context."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """temperature 0 means greedy; top_k <= 0, top_p 1 and min_p 0 are off."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    seed: int | None = None
+    max_new_tokens: int = 128
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def validate(self) -> None:
+        checks = [
+            (math.isfinite(self.temperature) and self.temperature >= 0, "temperature must be >= 0"),
+            (0.0 < self.top_p <= 1.0, "top_p must be in (0, 1]"),
+            (0.0 <= self.min_p <= 1.0, "min_p must be in [0, 1]"),
+            (self.max_new_tokens >= 1, "max_new_tokens must be >= 1"),
+            (all(t >= 0 for t in self.stop_token_ids), "stop token ids must be >= 0"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise InvalidRequestError(message)
+
+
+@dataclass(frozen=True)
+class SpeculationParams:
+    """Per-request speculation (SGLang's names and defaults); `enabled=False` is plain decoding."""
+
+    enabled: bool = True
+    num_steps: int = 5
+    eagle_topk: int = 4
+    num_draft_tokens: int = 8
+
+    @property
+    def budget(self) -> TreeBudget:
+        return TreeBudget(num_draft_tokens=self.num_draft_tokens, num_steps=self.num_steps, topk=self.eagle_topk)
+
+    @property
+    def max_tree_nodes(self) -> int:
+        return self.num_draft_tokens if self.enabled else 1
+
+    def validate(self) -> None:
+        if self.num_draft_tokens < 1 or self.num_steps < 0 or self.eagle_topk < 1:
+            raise InvalidRequestError("speculation needs num_draft_tokens >= 1, num_steps >= 0, eagle_topk >= 1")
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    request_id: str
+    prompt_ids: Sequence[int]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    speculation: SpeculationParams | None = None  # None: the engine's default
+
+
+class FinishReason(enum.Enum):
+    STOP = "stop"  # a stop token (or EOS)
+    LENGTH = "length"  # max_new_tokens or the context limit
+    ABORT = "abort"
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    """New tokens of one request from one engine step; the last one carries the finish reason."""
+
+    request_id: str
+    token_ids: list[int]
+    finish_reason: FinishReason | None = None
+    num_prompt_tokens: int = 0
+    stats: SpecStats | None = None  # on the finishing output
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None

@@ -1,0 +1,126 @@
+"""Continuous batching: which requests run this step, with how many tokens, in which KV blocks."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from treespec.shared.model.kv_cache import BlockAllocator, OutOfBlocksError
+from treespec.verifier.state import Phase, RequestState
+
+
+@dataclass(frozen=True)
+class PrefillWork:
+    state: RequestState
+    length: int  # tokens[kv_len : kv_len + length] go through this forward
+
+    @property
+    def completes_prompt(self) -> bool:
+        return self.state.kv_len + self.length == len(self.state.tokens)
+
+
+@dataclass(frozen=True)
+class ScheduledBatch:
+    prefills: list[PrefillWork]
+    decodes: list[RequestState]  # each reserved slots for its largest tree
+    preempted: list[RequestState]
+
+    @property
+    def empty(self) -> bool:
+        return not self.prefills and not self.decodes
+
+
+@dataclass
+class Scheduler:
+    allocator: BlockAllocator
+    block_size: int
+    max_running: int
+    chunk_tokens: int
+    waiting: deque[RequestState] = field(default_factory=deque)
+    running: list[RequestState] = field(default_factory=list)
+
+    def add(self, state: RequestState) -> None:
+        self.waiting.append(state)
+
+    def remove(self, state: RequestState) -> None:
+        """Take a finished or aborted request out and return its blocks."""
+        if state in self.running:
+            self.running.remove(state)
+        elif state in self.waiting:
+            self.waiting.remove(state)
+        self.release(state)
+
+    def release(self, state: RequestState) -> None:
+        self.allocator.free(state.blocks)
+        state.blocks = []
+
+    def trim(self, state: RequestState) -> None:
+        """Free blocks past the committed K/V (the scratch slots of rejected tree nodes)."""
+        keep = self._blocks_for(state.kv_len)
+        if len(state.blocks) > keep:
+            self.allocator.free(state.blocks[keep:])
+            del state.blocks[keep:]
+
+    def schedule(self) -> ScheduledBatch:
+        preempted: list[RequestState] = []
+        decodes = self._reserve_decodes(preempted)
+        budget = self.chunk_tokens
+        prefills: list[PrefillWork] = []
+        for state in [s for s in self.running if s.in_prefill]:
+            work = self._prefill_chunk(state, budget)
+            if work is not None:
+                prefills.append(work)
+                budget -= work.length
+        while self.waiting and budget > 0 and len(self.running) < self.max_running:
+            work = self._prefill_chunk(self.waiting[0], budget)
+            if work is None:
+                break
+            state = self.waiting.popleft()
+            state.phase = Phase.RUNNING
+            self.running.append(state)
+            prefills.append(work)
+            budget -= work.length
+        return ScheduledBatch(prefills, decodes, preempted)
+
+    def _reserve_decodes(self, preempted: list[RequestState]) -> list[RequestState]:
+        decodes: list[RequestState] = []
+        for state in sorted((s for s in self.running if not s.in_prefill), key=lambda s: s.arrival):
+            if state.phase is not Phase.RUNNING:
+                continue  # preempted earlier in this loop
+            while not self._try_grow(state, state.kv_len + state.speculation.max_tree_nodes):
+                victim = max((s for s in self.running), key=lambda s: s.arrival)
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is state:
+                    break
+            else:
+                decodes.append(state)
+        return [s for s in decodes if s.phase is Phase.RUNNING]
+
+    def _prefill_chunk(self, state: RequestState, budget: int) -> PrefillWork | None:
+        length = min(state.prefill_remaining, budget)
+        if length <= 0 or not self._try_grow(state, state.kv_len + length):
+            return None
+        return PrefillWork(state, length)
+
+    def _try_grow(self, state: RequestState, num_slots: int) -> bool:
+        need = self._blocks_for(num_slots) - len(state.blocks)
+        if need <= 0:
+            return True
+        try:
+            state.blocks += self.allocator.allocate(need)
+        except OutOfBlocksError:
+            return False
+        return True
+
+    def _preempt(self, state: RequestState) -> None:
+        """Drop the request's K/V; it is recomputed from its tokens when it is admitted again."""
+        self.running.remove(state)
+        self.release(state)
+        state.kv_len = 0
+        state.phase = Phase.WAITING
+        state.num_preemptions += 1
+        self.waiting.appendleft(state)
+
+    def _blocks_for(self, num_slots: int) -> int:
+        return -(-num_slots // self.block_size)

@@ -1,0 +1,56 @@
+"""The drafter plugin interface: propose a token tree per request, hear about commits."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from treespec.shared.drafting.token_tree import TokenTree, TreeBudget
+
+
+@dataclass(frozen=True)
+class DraftQuery:
+    """One request of the batch that wants a tree this step; its root is its last committed token."""
+
+    request_id: str
+    budget: TreeBudget
+
+
+@dataclass(frozen=True)
+class DrafterContext:
+    """What a drafter built by name (CLI, drafter server) learns about the target."""
+
+    vocab_size: int
+    target_path: Path | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+class Drafter(ABC):
+    """A drafting method. The verifier calls it once per engine step with the whole batch.
+
+    Lifecycle per request: `open` with the prompt, `commit` with every run of tokens the verifier
+    commits (the first one is the token sampled after the prompt), `close` when the request ends.
+    The history a drafter sees is therefore prompt + committed tokens, and the root of the tree it
+    proposes is the last of them. Implementations must tolerate `close` for an unknown request.
+    """
+
+    @classmethod
+    def create(cls, context: DrafterContext) -> Drafter:
+        """Build from a context; plugins that need more than the defaults override this."""
+        return cls(**context.options)
+
+    @abstractmethod
+    def open(self, request_id: str, prompt: Sequence[int]) -> None: ...
+
+    @abstractmethod
+    def commit(self, request_id: str, tokens: Sequence[int]) -> None: ...
+
+    @abstractmethod
+    def close(self, request_id: str) -> None: ...
+
+    @abstractmethod
+    def propose(self, queries: Sequence[DraftQuery]) -> list[TokenTree | None]:
+        """One tree (or None: no proposal, plain decoding) per query, in order."""
