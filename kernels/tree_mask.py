@@ -1,0 +1,163 @@
+"""Token trees as parent arrays: depths, the ancestor (attention) mask, and validation.
+
+A tree of n nodes is `parents: LongTensor[n]` with parents[0] == -1 (the root) and
+0 <= parents[i] < i for i > 0, so parents come before children. Everything here is vectorised with
+pointer jumping: the Python loops run O(log max_depth) times, never once per node.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# Tolerance on "the children's draft probabilities sum to 1": drafters compute them in low precision.
+PROB_SUM_TOLERANCE = 1e-3
+
+
+def tree_depths(parents: torch.Tensor) -> torch.Tensor:
+    """Depth of every node (root 0).
+
+    parents: LongTensor[n], a valid parent array (see module docstring).
+    Returns LongTensor[n] on the same device.
+    """
+    # Pointer jumping: `jump[i]` is the 2^k-th ancestor of i (-1 past the root) and `depth[i]` counts
+    # the edges already walked from i. Each round doubles the walked distance, so the loop runs
+    # ceil(log2(max_depth + 1)) times.
+    jump = parents.clone()
+    depth = (parents >= 0).long()
+    while bool((jump >= 0).any()):
+        alive = jump >= 0
+        safe = jump.clamp(min=0)
+        depth = depth + torch.where(alive, depth[safe], 0)
+        jump = torch.where(alive, jump[safe], -1)
+    return depth
+
+
+def ancestor_mask(parents: torch.Tensor) -> torch.Tensor:
+    """mask[i, j] is True iff j == i or j is an ancestor of i: which tree tokens node i attends to.
+
+    parents: LongTensor[n], a valid parent array. Returns BoolTensor[n, n] on the same device; a chain
+    (parents = [-1, 0, 1, ...]) gives the lower-triangular (causal) mask.
+    """
+    n = parents.shape[0]
+    # Invariant: row i of `mask` holds i's ancestors at distance < 2^k, `jump[i]` its 2^k-th ancestor.
+    # Row i at distance < 2^(k+1) = row i at < 2^k OR row jump[i] at < 2^k.
+    mask = torch.eye(n, dtype=torch.bool, device=parents.device)
+    jump = parents.clone()
+    while bool((jump >= 0).any()):
+        alive = jump >= 0
+        safe = jump.clamp(min=0)
+        mask = mask | (mask[safe] & alive[:, None])
+        jump = torch.where(alive, jump[safe], -1)
+    return mask
+
+
+def is_chain(parents: torch.Tensor) -> bool:
+    """True when every node's parent is the node before it (a plain sequence, no branching)."""
+    expected = torch.arange(-1, parents.shape[0] - 1, device=parents.device)
+    return bool(torch.equal(parents, expected))
+
+
+def validate_tree(
+    tokens: torch.Tensor,
+    parents: torch.Tensor,
+    probs: torch.Tensor | None,
+    *,
+    vocab_size: int,
+    max_nodes: int,
+    max_depth: int,
+    max_children: int,
+) -> str | None:
+    """None when the tree is well formed and within budget, else a short reason to report.
+
+    tokens, parents: LongTensor[n]; probs: FloatTensor[n] (draft probability of each node's token given
+    its parent; the root's entry is ignored) or None. Depth counts edges below the root, so a root
+    with one chain of k drafted tokens has depth k.
+    Checked in an order where each check may rely on the earlier ones (depths need valid parents).
+    """
+    reason = _check_shapes(tokens, parents)
+    if reason is None:
+        reason = _check_structure(tokens, parents, vocab_size, max_nodes, max_depth, max_children)
+    if reason is None and probs is not None:
+        reason = _check_probs(parents, probs)
+    return reason
+
+
+def _first(bad: torch.Tensor) -> int:
+    """Index of the first True entry of a BoolTensor[n] (one exists)."""
+    return int(bad.nonzero()[0, 0])
+
+
+def _check_shapes(tokens: torch.Tensor, parents: torch.Tensor) -> str | None:
+    if tokens.dim() != 1 or parents.dim() != 1:
+        return f"tokens and parents must be 1-D, got shapes {tuple(tokens.shape)} and {tuple(parents.shape)}"
+    if tokens.shape != parents.shape:
+        return f"tokens ({tokens.shape[0]}) and parents ({parents.shape[0]}) differ in length"
+    if tokens.shape[0] < 1:
+        return "the tree is empty (it needs at least the root)"
+    if tokens.is_floating_point() or parents.is_floating_point():
+        return "tokens and parents must be integer tensors"
+    return None
+
+
+def _check_structure(
+    tokens: torch.Tensor,
+    parents: torch.Tensor,
+    vocab_size: int,
+    max_nodes: int,
+    max_depth: int,
+    max_children: int,
+) -> str | None:
+    n = parents.shape[0]
+    if n > max_nodes:
+        return f"{n} nodes exceed the limit of {max_nodes}"
+    if int(parents[0]) != -1:
+        return f"parents[0] must be -1 (the root), got {int(parents[0])}"
+    index = torch.arange(n, device=parents.device)
+    bad_parent = (parents < 0) | (parents >= index)
+    bad_parent[0] = False
+    if bool(bad_parent.any()):
+        i = _first(bad_parent)
+        return f"node {i} has parent {int(parents[i])}; a parent must be an earlier node"
+    bad_token = (tokens < 0) | (tokens >= vocab_size)
+    if bool(bad_token.any()):
+        i = _first(bad_token)
+        return f"node {i} has token {int(tokens[i])} outside the vocabulary [0, {vocab_size})"
+    depth = int(tree_depths(parents).max())
+    if depth > max_depth:
+        return f"depth {depth} exceeds the limit of {max_depth}"
+    if n == 1:
+        return None
+    children = torch.bincount(parents[1:], minlength=n)
+    if int(children.max()) > max_children:
+        i = int(children.argmax())
+        return f"node {i} has {int(children[i])} children, more than the limit of {max_children}"
+    # Siblings share a parent; a (parent, token) key seen twice is a duplicated sibling token, which
+    # would let one continuation be tried twice and break the acceptance rule's bookkeeping.
+    keys = parents[1:] * vocab_size + tokens[1:]
+    if torch.unique(keys).shape[0] != n - 1:
+        return "two siblings carry the same token"
+    return None
+
+
+def _check_probs(parents: torch.Tensor, probs: torch.Tensor) -> str | None:
+    n = parents.shape[0]
+    if probs.dim() != 1 or probs.shape[0] != n:
+        return f"probs must have shape ({n},), got {tuple(probs.shape)}"
+    if not probs.is_floating_point():
+        return "probs must be a floating-point tensor"
+    # The root's entry is ignored: the root is already accepted, nobody drafted it.
+    child = probs[1:].double()
+    if not bool(torch.isfinite(child).all()):
+        return "probs contain a non-finite value"
+    if bool(((child < 0) | (child > 1)).any()):
+        return "probs must lie in [0, 1]"
+    if n == 1:
+        return None
+    # The siblings are the drafter's whole proposal distribution at their parent: it must sum to 1.
+    sums = torch.zeros(n, dtype=torch.float64, device=probs.device).index_add_(0, parents[1:], child)
+    has_children = torch.bincount(parents[1:], minlength=n) > 0
+    bad = has_children & ((sums - 1).abs() > PROB_SUM_TOLERANCE)
+    if bool(bad.any()):
+        i = _first(bad)
+        return f"the children of node {i} have draft probabilities summing to {float(sums[i]):.4f}, not 1"
+    return None
