@@ -1,0 +1,54 @@
+"""The `treespec` command: one subcommand per verb module.
+
+Each verb module in this package exposes `add_parser(subparsers)`, which registers its parser and
+sets `handler` (a function `(argparse.Namespace) -> int`) with `set_defaults`. To add a verb,
+write its module and list it in VERB_MODULES.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from treespec.shared.cli import models
+from treespec.shared.model.store import ModelStoreError
+
+VERB_MODULES: tuple[ModuleType, ...] = (models,)
+
+# Errors a user can cause and fix: reported in one line, without a traceback.
+EXPECTED_ERRORS: tuple[type[Exception], ...] = (ModelStoreError, OSError)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("treespec")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="treespec", description="Lossless speculative decoding server and its tools."
+    )
+    parser.add_argument("--version", action="version", version=f"treespec {_version()}")
+    subparsers = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    for module in VERB_MODULES:
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line `argv` (default: sys.argv[1:]); return the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except EXPECTED_ERRORS as exc:
+        print(f"treespec: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
