@@ -28,7 +28,8 @@ default-model: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy
+	$(BIN)/mypy -p treespec
+	$(BIN)/mypy tests
 
 # pytest exits 5 when it collected no test: any non-zero status fails the target.
 test: default-model lint

@@ -7,6 +7,7 @@ FOLDERS = {
     "treespec.kernels": "kernels",
     "treespec.verifier": "services/verifier",
     "treespec.drafter": "services/drafter",
+    "treespec.bench": "bench",
 }
 
 

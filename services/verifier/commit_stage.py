@@ -9,7 +9,6 @@ from dataclasses import dataclass
 import torch
 
 from treespec.kernels.kv_compaction import compact_kv
-from treespec.kernels.tree_mask import tree_depths
 from treespec.shared.drafting.drafter import Drafter
 from treespec.shared.model.kv_cache import KVCache
 from treespec.verifier.forward_stage import ForwardResult
@@ -78,8 +77,9 @@ class CommitStage:
         emitted, finish = self.stop_rules.cut(state, acceptance.emitted_tokens(item.tree.tokens))
         state.tokens.extend(emitted)
         if item.is_decode:
-            depth = int(tree_depths(item.tree.parents).max()) if item.tree.num_nodes > 1 else 0
-            state.stats.record_step(depth, item.tree.num_nodes - 1, len(acceptance.path) - 1, len(emitted))
+            state.stats.record_step(
+                item.tree_depth, item.tree.num_nodes - 1, len(acceptance.path) - 1, len(emitted)
+            )
         state.finish_reason = finish
         if finish is None and self.drafter is not None:
             self._tell_drafter(state.request_id, emitted)

@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass, field
 
 from treespec.kernels.tree_mask import validate_tree
-from treespec.shared.drafting.drafter import DraftQuery, Drafter
+from treespec.shared.drafting.drafter import Drafter, DraftQuery
 from treespec.shared.drafting.token_tree import TokenTree
 from treespec.verifier.state import RequestState
 

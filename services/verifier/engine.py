@@ -47,17 +47,23 @@ class GenerationResult:
 
 
 class Engine:
-    def __init__(self, config: EngineConfig, drafter: Drafter | None = None, model: CausalLM | None = None) -> None:
+    def __init__(
+        self, config: EngineConfig, drafter: Drafter | None = None, model: CausalLM | None = None
+    ) -> None:
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
         self.config = config
         self.model = model or load_model(config.model_path, LoadOptions(config.device, config.dtype))
         mc = self.model.config
-        self.context_length = min(config.context_length or mc.max_position_embeddings, mc.max_position_embeddings)
+        self.context_length = min(
+            config.context_length or mc.max_position_embeddings, mc.max_position_embeddings
+        )
         if config.max_total_tokens < self.context_length + config.speculation.num_draft_tokens:
             # A request at the context limit must still fit alone, or it could never finish.
             self.context_length = config.max_total_tokens - config.speculation.num_draft_tokens
-        self.cache = KVCache.allocate(mc, config.num_blocks, config.page_size, self.model.dtype, self.model.device)
+        self.cache = KVCache.allocate(
+            mc, config.num_blocks, config.page_size, self.model.dtype, self.model.device
+        )
         self.allocator = BlockAllocator(config.num_blocks)
         self.scheduler = Scheduler(
             self.allocator, config.page_size, config.max_running_requests, config.chunked_prefill_size
@@ -124,7 +130,9 @@ class Engine:
                 tokens[out.request_id].extend(out.token_ids)
                 if out.finish_reason is not None:
                     stats = out.stats or SpecStats()
-                    results[out.request_id] = GenerationResult(tokens[out.request_id], out.finish_reason, stats)
+                    results[out.request_id] = GenerationResult(
+                        tokens[out.request_id], out.finish_reason, stats
+                    )
         return results
 
     # ---- introspection ----------------------------------------------------------------------
@@ -148,7 +156,9 @@ class Engine:
         if n == 0:
             raise InvalidRequestError("the prompt is empty")
         if n >= self.context_length:
-            raise InvalidRequestError(f"the prompt has {n} tokens; the context length is {self.context_length}")
+            raise InvalidRequestError(
+                f"the prompt has {n} tokens; the context length is {self.context_length}"
+            )
         vocab = self.model.config.vocab_size
         if any(not 0 <= t < vocab for t in request.prompt_ids):
             raise InvalidRequestError(f"prompt token ids must be in [0, {vocab})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +28,7 @@ class ForwardItem:
     is_decode: bool
     logits_start: int
     kv_slots: torch.Tensor  # [kv_len + num_new] long: flat slot of each logical position
+    tree_depth: int = 0  # depth of the deepest drafted node (0: no draft)
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class ForwardStage:
         rows: list[torch.Tensor] = []
         num_tokens = num_rows = 0
         for item, layout, new_ids in self._prefills(batch) + self._decodes(batch, trees):
-            items.append(ForwardItem(item.state, item.num_new, item.tree, item.is_decode, num_rows, item.kv_slots))
+            items.append(dataclasses.replace(item, logits_start=num_rows))
             layouts.append(layout)
             ids.append(new_ids)
             if item.tree is not None:
@@ -96,8 +98,8 @@ class ForwardStage:
             tree = trees.get(s.request_id) or TokenTree.root_only(s.tokens[-1])
             n = tree.num_nodes
             slots = slots_of(s.blocks, s.kv_len + n, self.cache.block_size)
-            parents = tree.parents if n > 1 else None
-            positions = s.kv_len + (tree_depths(tree.parents) if n > 1 else torch.zeros(1, dtype=torch.long))
-            item = ForwardItem(s, n, tree, True, 0, slots)
-            parts.append((item, SequenceLayout(s.kv_len, slots, positions, parents), tree.tokens))
+            depths = tree_depths(tree.parents) if n > 1 else torch.zeros(1, dtype=torch.long)
+            item = ForwardItem(s, n, tree, True, 0, slots, int(depths.max()))
+            layout = SequenceLayout(s.kv_len, slots, s.kv_len + depths, tree.parents if n > 1 else None)
+            parts.append((item, layout, tree.tokens))
         return parts

@@ -56,7 +56,9 @@ class SpeculationParams:
 
     @property
     def budget(self) -> TreeBudget:
-        return TreeBudget(num_draft_tokens=self.num_draft_tokens, num_steps=self.num_steps, topk=self.eagle_topk)
+        return TreeBudget(
+            num_draft_tokens=self.num_draft_tokens, num_steps=self.num_steps, topk=self.eagle_topk
+        )
 
     @property
     def max_tree_nodes(self) -> int:
@@ -64,7 +66,9 @@ class SpeculationParams:
 
     def validate(self) -> None:
         if self.num_draft_tokens < 1 or self.num_steps < 0 or self.eagle_topk < 1:
-            raise InvalidRequestError("speculation needs num_draft_tokens >= 1, num_steps >= 0, eagle_topk >= 1")
+            raise InvalidRequestError(
+                "speculation needs num_draft_tokens >= 1, num_steps >= 0, eagle_topk >= 1"
+            )
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,9 @@ class SpecStats:
 
     @property
     def acceptance_by_depth(self) -> list[float]:
-        return [a / d if d else 0.0 for a, d in zip(self.accepted_by_depth, self.drafted_by_depth, strict=True)]
+        return [
+            a / d if d else 0.0 for a, d in zip(self.accepted_by_depth, self.drafted_by_depth, strict=True)
+        ]
 
     def record_step(self, tree_depth: int, num_drafted: int, accepted_depth: int, committed: int) -> None:
         self.verify_steps += 1
@@ -46,7 +48,10 @@ class SpecStats:
         self.drafted_tokens += other.drafted_tokens
         self.accepted_tokens += other.accepted_tokens
         self.committed_tokens += other.committed_tokens
-        for mine, theirs in ((self.drafted_by_depth, other.drafted_by_depth), (self.accepted_by_depth, other.accepted_by_depth)):
+        for mine, theirs in (
+            (self.drafted_by_depth, other.drafted_by_depth),
+            (self.accepted_by_depth, other.accepted_by_depth),
+        ):
             _grow(mine, len(theirs))
             for d, n in enumerate(theirs):
                 mine[d] += n

@@ -33,7 +33,9 @@ def verify(result: ForwardResult) -> list[Verdict]:
         if item.state.request.sampling.greedy:
             acceptance = accept_greedy(tree.tokens, tree.parents, greedy_rows[rows])
         else:
-            acceptance = accept_sampling(tree.tokens, tree.parents, tree.probs, probs[rows], item.state.generator)
+            acceptance = accept_sampling(
+                tree.tokens, tree.parents, tree.probs, probs[rows], item.state.generator
+            )
         verdicts.append(Verdict(item, acceptance))
     return verdicts
 

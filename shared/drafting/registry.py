@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+
 from treespec.shared.drafting.drafter import Drafter, DrafterContext
 
 # Name (as given to --speculative-algorithm, case-insensitive) -> "module:Class".

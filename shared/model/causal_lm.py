@@ -61,7 +61,9 @@ class CausalLM:
         for i, layer in enumerate(self.weights.layers):
             if capture is not None and i in capture.aux_layers:
                 aux.append(h[capture.rows])
-            attn_out = self._attention(layer.attn, self._norm(h, layer.input_norm), cos, sin, i, backend, plan, cache)
+            attn_out = self._attention(
+                layer.attn, self._norm(h, layer.input_norm), cos, sin, i, backend, plan, cache
+            )
             h = h + attn_out
             h = h + self._mlp(layer.mlp, self._norm(h, layer.post_attention_norm))
         logits_rows_h = self._norm(h[logits_rows], self.weights.norm)
@@ -101,5 +103,3 @@ class CausalLM:
     def _mlp(w: MlpWeights, x: torch.Tensor) -> torch.Tensor:
         gate, up = F.linear(x, w.gate_up, w.gate_up_bias).chunk(2, dim=-1)
         return F.linear(F.silu(gate) * up, w.down, w.down_bias)
-
-

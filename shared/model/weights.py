@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -134,10 +135,14 @@ class _Loader:
     def mlp(self, p: str) -> MlpWeights:
         c = self.config
         h, i = c.hidden_size, c.intermediate_size
-        gate_up = torch.cat([self.tensor(p + "gate_proj.weight", (i, h)), self.tensor(p + "up_proj.weight", (i, h))])
+        gate_up = torch.cat(
+            [self.tensor(p + "gate_proj.weight", (i, h)), self.tensor(p + "up_proj.weight", (i, h))]
+        )
         gate_up_bias = down_bias = None
         if c.mlp_bias:
-            gate_up_bias = torch.cat([self.tensor(p + "gate_proj.bias", (i,)), self.tensor(p + "up_proj.bias", (i,))])
+            gate_up_bias = torch.cat(
+                [self.tensor(p + "gate_proj.bias", (i,)), self.tensor(p + "up_proj.bias", (i,))]
+            )
             down_bias = self.tensor(p + "down_proj.bias", (h,))
         return MlpWeights(
             gate_up=gate_up,
@@ -162,11 +167,15 @@ def _weight_map(path: Path) -> dict[str, Path]:
     if single.is_file():
         with _open_safetensors(single) as handle:
             return dict.fromkeys(handle.keys(), single)
-    hint = " (pytorch_model.bin found: convert it to safetensors)" if (path / "pytorch_model.bin").exists() else ""
+    hint = (
+        " (pytorch_model.bin found: convert it to safetensors)"
+        if (path / "pytorch_model.bin").exists()
+        else ""
+    )
     raise ModelLoadError(f"{path}: no model.safetensors or model.safetensors.index.json{hint}")
 
 
-def _open_safetensors(file: Path):  # type: ignore[no-untyped-def]
+def _open_safetensors(file: Path) -> Any:
     try:
         return safe_open(str(file), framework="pt")
     except (SafetensorError, OSError) as exc:

@@ -58,7 +58,9 @@ class RandomTreeDrafter(Drafter):
     def _shape(self, budget: TreeBudget) -> list[int]:
         parents, depth, kids = [-1], [0], [0]
         for _ in range(budget.num_draft_tokens - 1):
-            open_nodes = [i for i in range(len(parents)) if depth[i] < budget.num_steps and kids[i] < budget.topk]
+            open_nodes = [
+                i for i in range(len(parents)) if depth[i] < budget.num_steps and kids[i] < budget.topk
+            ]
             if not open_nodes:
                 break
             p = open_nodes[int(torch.randint(len(open_nodes), (), generator=self._generator))]

@@ -25,6 +25,7 @@ class TorchAttentionPlan:
 class TorchAttentionBackend(AttentionBackend):
     def __init__(self, sliding_window: int | None = None) -> None:
         self.sliding_window = sliding_window
+        self._causal: dict[int, torch.Tensor] = {}  # chain length -> lower-triangular mask
 
     def plan(self, layout: BatchLayout, device: torch.device) -> TorchAttentionPlan:
         seqs = layout.sequences
@@ -75,12 +76,18 @@ class TorchAttentionBackend(AttentionBackend):
             return out[0].flatten(1)
         return out.flatten(0, 1)[plan.out_rows].flatten(1)
 
+    def _causal_mask(self, n: int) -> torch.Tensor:
+        mask = self._causal.get(n)
+        if mask is None:
+            mask = self._causal[n] = torch.ones(n, n, dtype=torch.bool).tril()
+        return mask
+
     def _sequence_mask(self, s: SequenceLayout) -> torch.Tensor:
         """[num_new, kv_len] bool: the cached prefix, then a causal or ancestor mask over new tokens."""
         n = s.num_new
         mask = torch.ones(n, s.kv_len, dtype=torch.bool)
         if s.tree_parents is None:
-            mask[:, s.cached_len :] = torch.ones(n, n, dtype=torch.bool).tril()
+            mask[:, s.cached_len :] = self._causal_mask(n)
         else:
             mask[:, s.cached_len :] = ancestor_mask(s.tree_parents.cpu())
         if self.sliding_window is not None and s.kv_len > self.sliding_window:

@@ -26,7 +26,9 @@ class PagedDriver:
     num_blocks: int = 256
 
     def __post_init__(self) -> None:
-        self.cache = KVCache.allocate(self.model.config, self.num_blocks, BLOCK, self.model.dtype, self.model.device)
+        self.cache = KVCache.allocate(
+            self.model.config, self.num_blocks, BLOCK, self.model.dtype, self.model.device
+        )
         self.alloc = BlockAllocator(self.num_blocks)
         self.backend = TorchAttentionBackend(self.model.config.sliding_window)
 

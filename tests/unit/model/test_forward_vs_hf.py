@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ import transformers
 from tests.unit.model.paged import PagedDriver, Seq
 from treespec.shared.model.loader import load_model
 
-TINY = dict(
+TINY: dict[str, Any] = dict(
     vocab_size=97,
     hidden_size=64,
     intermediate_size=96,
@@ -21,7 +22,7 @@ TINY = dict(
     max_position_embeddings=256,
 )
 
-FAMILIES = {
+FAMILIES: dict[str, tuple[type[transformers.PretrainedConfig], dict[str, Any]]] = {
     "llama": (transformers.LlamaConfig, dict(tie_word_embeddings=False)),
     "llama-tied-bias": (transformers.LlamaConfig, dict(tie_word_embeddings=True, attention_bias=True)),
     "llama3-rope": (
@@ -93,7 +94,9 @@ def test_hidden_capture_matches_hf_hidden_states(tmp_path: Path) -> None:
     layout = BatchLayout([driver.layout(Seq(), len(ids))])
     plan = driver.backend.plan(layout, model.device)
     rows = torch.tensor([3, 11])
-    res = model.forward(ids, layout.positions(), driver.backend, plan, driver.cache, rows, HiddenCapture(rows, (1, 2)))
+    res = model.forward(
+        ids, layout.positions(), driver.backend, plan, driver.cache, rows, HiddenCapture(rows, (1, 2))
+    )
     want_aux = torch.cat([out.hidden_states[1][0, rows], out.hidden_states[2][0, rows]], dim=-1)
     assert res.aux_hidden is not None and res.hidden is not None
     assert rel_err(res.aux_hidden, want_aux) < 1e-5

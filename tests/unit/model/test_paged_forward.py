@@ -48,7 +48,10 @@ def test_ragged_batch_equals_one_at_a_time(model: CausalLM) -> None:
     seqs = [Seq() for _ in prompts]
     for seq, p in zip(seqs, prompts, strict=True):
         driver.forward([(seq, p[:-2], None)])
-    items = [(seqs[0], prompts[0][-2:], None), (seqs[1], prompts[1][-1:], None)]
+    items: list[tuple[Seq, torch.Tensor, torch.Tensor | None]] = [
+        (seqs[0], prompts[0][-2:], None),
+        (seqs[1], prompts[1][-1:], None),
+    ]
     items += [(seqs[2], tree, parents), (seqs[3], prompts[3][-1:], None)]
     together = driver.forward(items)
     for a, b in zip(together, alone, strict=True):
