@@ -4,7 +4,6 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # The CPU build of torch that lies on disk here; on a GPU machine pass TORCH_SPEC=torch (or your own pin).
 TORCH_SPEC ?= torch==2.13.0
-export TREESPEC_MODELS_DIR ?= $(CURDIR)/models
 PYTEST_ARGS ?=
 
 .PHONY: install default-model test lint serve clean

@@ -13,13 +13,14 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from treespec.shared.cli import models
+from treespec.shared.cli import bench, models
+from treespec.shared.model.errors import ModelLoadError
 from treespec.shared.model.store import ModelStoreError
 
-VERB_MODULES: tuple[ModuleType, ...] = (models,)
+VERB_MODULES: tuple[ModuleType, ...] = (models, bench)
 
 # Errors a user can cause and fix: reported in one line, without a traceback.
-EXPECTED_ERRORS: tuple[type[Exception], ...] = (ModelStoreError, OSError)
+EXPECTED_ERRORS: tuple[type[Exception], ...] = (ModelStoreError, ModelLoadError, OSError)
 
 
 def _version() -> str:

@@ -1,0 +1,47 @@
+"""Tokens and seconds per method and category, summed so that rates are total tokens / total time."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Tally:
+    tokens: int = 0
+    seconds: float = 0.0
+    verify_steps: int = 0
+    committed: int = 0  # tokens committed in verify steps (acceptance length numerator)
+
+    @property
+    def tps(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def accept_len(self) -> float:
+        return self.committed / self.verify_steps if self.verify_steps else 0.0
+
+    def add(self, tokens: int, seconds: float, verify_steps: int = 0, committed: int = 0) -> None:
+        self.tokens += tokens
+        self.seconds += seconds
+        self.verify_steps += verify_steps
+        self.committed += committed
+
+
+@dataclass
+class Throughput:
+    """method -> category -> Tally, plus the overall tally per method."""
+
+    by_category: dict[str, dict[str, Tally]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(Tally))
+    )
+    overall: dict[str, Tally] = field(default_factory=lambda: defaultdict(Tally))
+
+    def add(
+        self, method: str, category: str, tokens: int, seconds: float, steps: int = 0, committed: int = 0
+    ) -> None:
+        self.by_category[method][category].add(tokens, seconds, steps, committed)
+        self.overall[method].add(tokens, seconds, steps, committed)
+
+    def categories(self) -> list[str]:
+        return sorted({c for per in self.by_category.values() for c in per})

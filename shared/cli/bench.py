@@ -1,0 +1,33 @@
+"""`treespec bench ...`: benchmarks that print a table and write JSON."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("bench", help="benchmarks: print a table, write JSON")
+    verbs = parser.add_subparsers(dest="bench_verb", required=True, metavar="BENCH")
+    engine = verbs.add_parser(
+        "engine", help="in-process engine vs HF generate vs oracle trees (CPU, batch 1)"
+    )
+    _engine_arguments(engine)
+    engine.set_defaults(handler=_engine)
+
+
+def _engine_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="HF model directory (default: the bundled SmolLM2-135M-Instruct)")
+    parser.add_argument(
+        "--prompts", help="Spec-Bench style JSONL (default: ../shared/bench/spec_bench_dev.jsonl)"
+    )
+    parser.add_argument("--quick", action="store_true", help="2 prompts per category")
+    parser.add_argument("--per-category", type=int, default=None, help="prompts per category (default: all)")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--json", help="write the figures to this JSON file")
+
+
+def _engine(ns: argparse.Namespace) -> int:
+    from treespec.bench.engine_bench import run
+
+    return run(ns)
