@@ -38,11 +38,11 @@ class CausalLM:
 
     @property
     def device(self) -> torch.device:
-        return self.weights.embed.device
+        return self.weights.lm_head.device
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.weights.embed.dtype
+        return self.weights.lm_head.dtype
 
     @torch.inference_mode()
     def forward(
@@ -56,7 +56,7 @@ class CausalLM:
         capture: HiddenCapture | None = None,
     ) -> ForwardOutput:
         cos, sin = self.rope.lookup(positions, self.dtype)
-        h = self.weights.embed[input_ids]
+        h = self.weights.embed_tokens(input_ids)
         aux: list[torch.Tensor] = []
         for i, layer in enumerate(self.weights.layers):
             if capture is not None and i in capture.aux_layers:
@@ -67,7 +67,7 @@ class CausalLM:
             h = h + attn_out
             h = h + self._mlp(layer.mlp, self._norm(h, layer.post_attention_norm))
         logits_rows_h = self._norm(h[logits_rows], self.weights.norm)
-        logits = F.linear(logits_rows_h, self.weights.lm_head).float()
+        logits = _linear(logits_rows_h, self.weights.lm_head).float()
         hidden = aux_hidden = None
         if capture is not None:
             hidden = self._norm(h[capture.rows], self.weights.norm)
@@ -89,7 +89,7 @@ class CausalLM:
         cache: KVCache,
     ) -> torch.Tensor:
         c = self.config
-        qkv = F.linear(x, w.qkv, w.qkv_bias)
+        qkv = _linear(x, w.qkv, w.qkv_bias)
         q, k, v = qkv.split([c.q_size, c.kv_size, c.kv_size], dim=-1)
         q = q.view(-1, c.num_heads, c.head_dim)
         k = k.view(-1, c.num_kv_heads, c.head_dim)
@@ -97,9 +97,14 @@ class CausalLM:
         if w.q_norm is not None and w.k_norm is not None:
             q, k = self._norm(q, w.q_norm), self._norm(k, w.k_norm)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        return F.linear(backend.attend(plan, layer, q, k, v, cache), w.o, w.o_bias)
+        return _linear(backend.attend(plan, layer, q, k, v, cache), w.o, w.o_bias)
 
     @staticmethod
     def _mlp(w: MlpWeights, x: torch.Tensor) -> torch.Tensor:
-        gate, up = F.linear(x, w.gate_up, w.gate_up_bias).chunk(2, dim=-1)
-        return F.linear(F.silu(gate) * up, w.down, w.down_bias)
+        gate, up = _linear(x, w.gate_up, w.gate_up_bias).chunk(2, dim=-1)
+        return _linear(F.silu(gate) * up, w.down, w.down_bias)
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [T, in] @ weight [in, out] (+ bias [out])."""
+    return torch.mm(x, weight) if bias is None else torch.addmm(bias, x, weight)
