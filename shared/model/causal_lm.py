@@ -75,7 +75,8 @@ class CausalLM:
         return ForwardOutput(logits=logits, hidden=hidden, aux_hidden=aux_hidden)
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, (x.shape[-1],), weight, self.config.rms_norm_eps)
+        # Spelled out: on CPU, F.rms_norm decomposes into more small ops than this (same result).
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True).add_(self.config.rms_norm_eps)) * weight
 
     def _attention(
         self,
@@ -90,13 +91,14 @@ class CausalLM:
     ) -> torch.Tensor:
         c = self.config
         qkv = _linear(x, w.qkv, w.qkv_bias)
-        q, k, v = qkv.split([c.q_size, c.kv_size, c.kv_size], dim=-1)
-        q = q.view(-1, c.num_heads, c.head_dim)
-        k = k.view(-1, c.num_kv_heads, c.head_dim)
+        qk, v = qkv.split([c.q_size + c.kv_size, c.kv_size], dim=-1)
+        qk = qk.view(-1, c.num_heads + c.num_kv_heads, c.head_dim)
         v = v.view(-1, c.num_kv_heads, c.head_dim)
         if w.q_norm is not None and w.k_norm is not None:
-            q, k = self._norm(q, w.q_norm), self._norm(k, w.k_norm)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            q, k = qk.split([c.num_heads, c.num_kv_heads], dim=1)
+            qk = torch.cat([self._norm(q, w.q_norm), self._norm(k, w.k_norm)], dim=1)
+        # One rotation for the query and key heads together: fewer small ops per layer.
+        q, k = apply_rope(qk, cos, sin).split([c.num_heads, c.num_kv_heads], dim=1)
         return _linear(backend.attend(plan, layer, q, k, v, cache), w.o, w.o_bias)
 
     @staticmethod

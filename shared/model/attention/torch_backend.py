@@ -20,6 +20,7 @@ class TorchAttentionPlan:
     mask: torch.Tensor | None  # [B, 1, max_q, max_kv] bool, None when every query sees every key
     q_rows: torch.Tensor | None  # [B, max_q] token row of each padded query (None: one sequence, no padding)
     out_rows: torch.Tensor | None  # [T] flat padded row holding each token's output
+    kv_range: tuple[int, int] | None = None  # one sequence whose slots are one run: a view, no gather
 
 
 class TorchAttentionBackend(AttentionBackend):
@@ -34,7 +35,9 @@ class TorchAttentionBackend(AttentionBackend):
         if len(seqs) == 1:
             only = masks[0]
             mask = None if bool(only.all()) else only[None, None].to(device)
-            return TorchAttentionPlan(write_slots, seqs[0].kv_slots[None].to(device), mask, None, None)
+            slots = seqs[0].kv_slots
+            kv_range = _as_range(slots)
+            return TorchAttentionPlan(write_slots, slots[None].to(device), mask, None, None, kv_range)
         max_q = max(s.num_new for s in seqs)
         max_kv = max(s.kv_len for s in seqs)
         kv_index = torch.zeros(len(seqs), max_kv, dtype=torch.long)
@@ -67,9 +70,19 @@ class TorchAttentionBackend(AttentionBackend):
         k_flat, v_flat = cache.layer(layer)
         k_flat.index_copy_(0, plan.write_slots, k)
         v_flat.index_copy_(0, plan.write_slots, v)
-        keys = k_flat[plan.kv_index].transpose(1, 2)  # [B, kv_heads, max_kv, head_dim]
-        values = v_flat[plan.kv_index].transpose(1, 2)
-        queries = (q[plan.q_rows] if plan.q_rows is not None else q[None]).transpose(1, 2)
+        if plan.kv_range is not None:
+            start, end = plan.kv_range
+            keys = k_flat[start:end][None].transpose(1, 2)
+            values = v_flat[start:end][None].transpose(1, 2)
+            queries = q[None].transpose(1, 2)
+        elif plan.q_rows is None:  # one sequence: no padding, and index_select is the cheaper gather
+            keys = k_flat.index_select(0, plan.kv_index[0])[None].transpose(1, 2)
+            values = v_flat.index_select(0, plan.kv_index[0])[None].transpose(1, 2)
+            queries = q[None].transpose(1, 2)
+        else:
+            keys = k_flat[plan.kv_index].transpose(1, 2)  # [B, kv_heads, max_kv, head_dim]
+            values = v_flat[plan.kv_index].transpose(1, 2)
+            queries = q[plan.q_rows].transpose(1, 2)
         out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=plan.mask, enable_gqa=True)
         out = out.transpose(1, 2)  # [B, max_q, heads, head_dim]
         if plan.out_rows is None:
@@ -94,3 +107,12 @@ class TorchAttentionBackend(AttentionBackend):
             key_pos = torch.cat([torch.arange(s.cached_len), s.positions.cpu()])
             mask &= (s.positions.cpu()[:, None] - key_pos[None, :]) < self.sliding_window
         return mask
+
+
+def _as_range(slots: torch.Tensor) -> tuple[int, int] | None:
+    """(start, end) when the slots are start, start + 1, ..., end - 1."""
+    start = int(slots[0])
+    end = start + int(slots.shape[0])
+    if int(slots[-1]) != end - 1 or not torch.equal(slots, torch.arange(start, end)):
+        return None
+    return start, end
