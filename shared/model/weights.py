@@ -16,7 +16,6 @@ from tqdm import tqdm
 from treespec.shared.model.config import ModelConfig
 from treespec.shared.model.errors import ModelLoadError
 
-
 # Linear weights are stored transposed, [in, out] contiguous, and applied as x @ w: for the few rows
 # of a decode or verify step, MKL's kernels are up to twice as fast on this layout as on HF's [out, in].
 
