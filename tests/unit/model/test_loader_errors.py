@@ -35,10 +35,10 @@ def test_missing_directory_config_and_weights(tmp_path: Path, checkpoint: Path) 
         load_model(tmp_path / "nope")
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(ModelLoadError, match="no config.json"):
+    with pytest.raises(ModelLoadError, match=r"no config\.json"):
         load_model(empty)
     (checkpoint / "model.safetensors").unlink()
-    with pytest.raises(ModelLoadError, match="no model.safetensors"):
+    with pytest.raises(ModelLoadError, match=r"no model\.safetensors"):
         load_model(checkpoint)
 
 
@@ -57,7 +57,7 @@ def test_missing_tensor_and_wrong_shape(checkpoint: Path) -> None:
     with pytest.raises(ModelLoadError, match=r"no tensor 'model\.layers\.3\."):
         load_model(checkpoint)
     edit_config(checkpoint, num_hidden_layers=3, intermediate_size=50)
-    with pytest.raises(ModelLoadError, match="has shape .* config implies"):
+    with pytest.raises(ModelLoadError, match=r"has shape .* config implies"):
         load_model(checkpoint)
 
 
