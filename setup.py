@@ -1,6 +1,11 @@
-"""Maps the repository's folders onto the `treespec.*` import names (see DESIGN.md, Layout)."""
+"""Maps the repository's folders onto the `treespec.*` import names (see DESIGN.md, Layout), and
+generates the gRPC stubs of protos/treespec/v1 at build time."""
+
+import runpy
+from pathlib import Path
 
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
 
 FOLDERS = {
     "treespec.shared": "shared",
@@ -8,7 +13,17 @@ FOLDERS = {
     "treespec.verifier": "services/verifier",
     "treespec.drafter": "services/drafter",
     "treespec.bench": "bench",
+    "treespec.v1": "protos/treespec/v1",
 }
+
+
+class BuildWithStubs(build_py):
+    """Writes the *_pb2 stubs before the package's files are collected."""
+
+    def run(self) -> None:
+        codegen = runpy.run_path(str(Path(__file__).parent / "protos/treespec/v1/_codegen.py"))
+        codegen["generate"](codegen["proto_files"]())
+        super().run()
 
 
 def _packages() -> tuple[list[str], dict[str, str]]:
@@ -23,4 +38,9 @@ def _packages() -> tuple[list[str], dict[str, str]]:
 
 
 packages, package_dir = _packages()
-setup(packages=packages, package_dir=package_dir)
+setup(
+    packages=packages,
+    package_dir=package_dir,
+    package_data={"treespec.v1": ["*.proto", "*.pyi"]},
+    cmdclass={"build_py": BuildWithStubs},
+)

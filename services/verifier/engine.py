@@ -178,7 +178,9 @@ class Engine:
             else:
                 self._states[item.request_id] = item
                 self.scheduler.add(item)
-                self._drafter_call("open", item.request_id, list(item.request.prompt_ids))
+                self._drafter_call(
+                    "open", item.request_id, list(item.request.prompt_ids), item.request.trace_context
+                )
         return outputs
 
     def _finish(self, state: RequestState) -> None:

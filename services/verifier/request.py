@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from treespec.shared.drafting.token_tree import TreeBudget
@@ -77,6 +77,7 @@ class GenerationRequest:
     prompt_ids: Sequence[int]
     sampling: SamplingParams = field(default_factory=SamplingParams)
     speculation: SpeculationParams | None = None  # None: the engine's default
+    trace_context: Mapping[str, str] = field(default_factory=dict)  # W3C trace context, for drafters
 
 
 class FinishReason(enum.Enum):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,11 @@ class Drafter(ABC):
         return cls(**context.options)
 
     @abstractmethod
-    def open(self, request_id: str, prompt: Sequence[int]) -> None: ...
+    def open(
+        self, request_id: str, prompt: Sequence[int], trace_context: Mapping[str, str] | None = None
+    ) -> None:
+        """Start tracking a request. `trace_context`: the request's W3C trace context (traceparent ...),
+        for drafters that record spans of their own."""
 
     @abstractmethod
     def commit(self, request_id: str, tokens: Sequence[int]) -> None: ...

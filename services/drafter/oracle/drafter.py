@@ -43,7 +43,9 @@ class OracleDrafter(Drafter):
             raise ValueError("the oracle drafter needs `continuations` (prompt ids -> expected output ids)")
         return cls(vocab_size=context.vocab_size, **context.options)
 
-    def open(self, request_id: str, prompt: Sequence[int]) -> None:
+    def open(
+        self, request_id: str, prompt: Sequence[int], trace_context: Mapping[str, str] | None = None
+    ) -> None:
         self._tracks[request_id] = _Track(self.continuations.get(tuple(prompt)), last=prompt[-1])
 
     def commit(self, request_id: str, tokens: Sequence[int]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -27,7 +27,9 @@ class RandomTreeDrafter(Drafter):
     def create(cls, context: DrafterContext) -> RandomTreeDrafter:
         return cls(context.vocab_size, **context.options)
 
-    def open(self, request_id: str, prompt: Sequence[int]) -> None:
+    def open(
+        self, request_id: str, prompt: Sequence[int], trace_context: Mapping[str, str] | None = None
+    ) -> None:
         self._last[request_id] = prompt[-1]
 
     def commit(self, request_id: str, tokens: Sequence[int]) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,7 +108,9 @@ class TableDrafter(Drafter):
         self.generator = torch.Generator().manual_seed(seed)
         self.generated: dict[str, list[int]] = {}
 
-    def open(self, request_id: str, prompt: Sequence[int]) -> None:
+    def open(
+        self, request_id: str, prompt: Sequence[int], trace_context: Mapping[str, str] | None = None
+    ) -> None:
         self.generated[request_id] = []
 
     def commit(self, request_id: str, tokens: Sequence[int]) -> None:
