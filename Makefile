@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 # The CPU build of torch that lies on disk here; on a GPU machine pass TORCH_SPEC=torch (or your own pin).
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
+SERVE_ARGS ?=
 
 .PHONY: install default-model test lint serve clean
 
@@ -33,6 +34,10 @@ lint: install
 # pytest exits 5 when it collected no test: any non-zero status fails the target.
 test: default-model lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The all-in-one server on the bundled model: drafter + verifier + OpenAI gateway at http://127.0.0.1:8000/v1
+serve: default-model
+	$(BIN)/treespec serve $(SERVE_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

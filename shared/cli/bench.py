@@ -13,6 +13,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     _engine_arguments(engine)
     engine.set_defaults(handler=_engine)
+    serve = verbs.add_parser("serve", help="HTTP streaming through the services vs the in-process engine")
+    _serve_arguments(serve)
+    serve.set_defaults(handler=_serve)
+
+
+def _common_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="HF model directory (default: the bundled SmolLM2-135M-Instruct)")
+    parser.add_argument(
+        "--prompts", help="Spec-Bench style JSONL (default: ../shared/bench/spec_bench_dev.jsonl)"
+    )
+    parser.add_argument("--quick", action="store_true", help="2 prompts per category")
+    parser.add_argument("--per-category", type=int, default=None, help="prompts per category (default: all)")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--json", help="write the figures to this JSON file")
+
+
+def _serve_arguments(parser: argparse.ArgumentParser) -> None:
+    _common_arguments(parser)
+    parser.add_argument(
+        "--speculative-algorithm", default="RANDOM", help="drafter for both paths (NONE: plain)"
+    )
+    parser.add_argument("--concurrency", type=int, default=8, help="concurrent streams in the second phase")
 
 
 def _engine_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,5 +51,11 @@ def _engine_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _engine(ns: argparse.Namespace) -> int:
     from treespec.bench.engine_bench import run
+
+    return run(ns)
+
+
+def _serve(ns: argparse.Namespace) -> int:
+    from treespec.bench.serve_bench import run
 
     return run(ns)

@@ -1,0 +1,126 @@
+"""`treespec serve`: the all-in-one server: a drafter, the verifier and the gateway as child processes."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from treespec.shared.launcher.health import grpc_serving, http_ok
+from treespec.shared.launcher.process import ServiceProcess
+from treespec.shared.launcher.supervisor import Supervisor
+from treespec.shared.model.store import models_dir, resolve_model_path
+
+# Until the n-gram and EAGLE drafters land, the drafter process runs a test drafter (random trees):
+# the full path is real (lossless output), the speed-up comes with the real drafters.
+DEFAULT_ALGORITHM = "RANDOM"
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    model_path: Path
+    host: str
+    port: int
+    verifier_port: int
+    drafter_port: int
+    algorithm: str  # a drafter name, or NONE
+    num_steps: int
+    eagle_topk: int
+    num_draft_tokens: int
+    draft_deadline_ms: int
+    api_keys: tuple[str, ...]
+    served_model_name: str | None
+    verifier_metrics_port: int | None
+
+    @property
+    def speculative(self) -> bool:
+        return self.algorithm.upper() != "NONE"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("serve", help="all-in-one server: drafter + verifier + OpenAI gateway")
+    p.add_argument("--model-path", help="HF model directory (default: the bundled SmolLM2-135M-Instruct)")
+    p.add_argument("--host", default="127.0.0.1", help="gateway host")
+    p.add_argument("--port", type=int, default=8000, help="gateway port")
+    p.add_argument("--verifier-port", type=int, default=50051)
+    p.add_argument("--drafter-port", type=int, default=50061)
+    p.add_argument("--verifier-metrics-port", type=int, default=None, help="Prometheus port of the verifier")
+    p.add_argument(
+        "--speculative-algorithm", default=DEFAULT_ALGORITHM, help="drafter to run (NONE: plain decoding)"
+    )
+    p.add_argument("--speculative-num-steps", type=int, default=5)
+    p.add_argument("--speculative-eagle-topk", type=int, default=4)
+    p.add_argument("--speculative-num-draft-tokens", type=int, default=8)
+    p.add_argument("--draft-deadline-ms", type=int, default=50)
+    p.add_argument("--api-key", action="append", default=[], help="accepted API key (repeatable)")
+    p.add_argument("--served-model-name", default=None)
+    p.set_defaults(handler=_run)
+
+
+def _run(ns: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    config = ServeConfig(
+        model_path=resolve_model_path(ns.model_path, models_dir()),
+        host=ns.host,
+        port=ns.port,
+        verifier_port=ns.verifier_port,
+        drafter_port=ns.drafter_port,
+        algorithm=ns.speculative_algorithm,
+        num_steps=ns.speculative_num_steps,
+        eagle_topk=ns.speculative_eagle_topk,
+        num_draft_tokens=ns.speculative_num_draft_tokens,
+        draft_deadline_ms=ns.draft_deadline_ms,
+        api_keys=tuple(ns.api_key),
+        served_model_name=ns.served_model_name,
+        verifier_metrics_port=ns.verifier_metrics_port,
+    )
+    supervisor = Supervisor(services(config))
+    supervisor.start_all()
+    print(f"treespec is serving {config.model_path.name} at {config.url}/v1 (Ctrl-C stops)", flush=True)
+    return supervisor.run_until_stopped()
+
+
+def services(c: ServeConfig) -> list[ServiceProcess]:
+    model = ["--model-path", str(c.model_path)]
+    verifier_address = f"127.0.0.1:{c.verifier_port}"
+    drafter_address = f"127.0.0.1:{c.drafter_port}"
+    out: list[ServiceProcess] = []
+    verifier = ["verifier", *model, "--port", str(c.verifier_port)]
+    if c.speculative:
+        drafter = ["drafter", "--kind", c.algorithm, *model, "--port", str(c.drafter_port)]
+        out.append(ServiceProcess("drafter", drafter, lambda: grpc_serving(drafter_address)))
+        verifier += [
+            "--drafter-address", drafter_address,
+            "--draft-deadline-ms", str(c.draft_deadline_ms),
+            "--speculative-num-steps", str(c.num_steps),
+            "--speculative-eagle-topk", str(c.eagle_topk),
+            "--speculative-num-draft-tokens", str(c.num_draft_tokens),
+        ]  # fmt: skip
+    else:
+        verifier += ["--speculative-algorithm", "NONE"]
+    if c.verifier_metrics_port is not None:
+        verifier += ["--metrics-port", str(c.verifier_metrics_port)]
+    if c.served_model_name:
+        verifier += ["--served-model-name", c.served_model_name]
+    out.append(ServiceProcess("verifier", verifier, lambda: grpc_serving(verifier_address)))
+    gateway = [
+        "gateway",
+        *model,
+        "--verifier-address",
+        verifier_address,
+        "--host",
+        c.host,
+        "--port",
+        str(c.port),
+    ]
+    for key in c.api_keys:
+        gateway += ["--api-key", key]
+    if c.served_model_name:
+        gateway += ["--served-model-name", c.served_model_name]
+    out.append(ServiceProcess("gateway", gateway, lambda: http_ok(f"{c.url}/health")))
+    return out
