@@ -73,6 +73,7 @@ class Engine:
         self._draft = DraftStage(drafter, mc.vocab_size)
         self._forward = ForwardStage(self.model, self.cache, TorchAttentionBackend(mc.sliding_window))
         eos = set(mc.eos_token_ids) | _generation_eos(config.model_path)
+        self.eos_token_ids: frozenset[int] = frozenset(eos)
         self._commit = CommitStage(self.cache, StopRules(eos, self.context_length), drafter, self.stats)
         self._inbox: queue.SimpleQueue[RequestState | _Abort] = queue.SimpleQueue()
         self._states: dict[str, RequestState] = {}

@@ -120,7 +120,10 @@ def create_server(
     )
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = server.add_insecure_port(address)
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError as exc:  # recent grpcio raises where older versions returned 0
+        raise OSError(f"cannot listen on {address}") from exc
     if port == 0:
         raise OSError(f"cannot listen on {address}")
     return ServerHandle(server, health_servicer, port)

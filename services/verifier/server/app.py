@@ -1,0 +1,201 @@
+"""The verifier server: engine loop + gRPC service + metrics endpoint, started and stopped in-process.
+
+    server = VerifierServer(VerifierServerConfig(EngineConfig(model_path), port=0))
+    port = await server.start()      # model loaded, serving, health SERVING
+    ...
+    await server.stop()              # in-flight requests get the grace period, then end with ABORT
+
+`serve_until_signalled` runs one until SIGTERM or SIGINT (the `treespec verifier` command).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from wsgiref.simple_server import WSGIServer
+
+from opentelemetry import trace
+from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
+from prometheus_client import CollectorRegistry, start_http_server
+
+from treespec.shared.drafting.drafter import Drafter
+from treespec.shared.model.causal_lm import CausalLM
+from treespec.shared.model.loader import LoadOptions, load_model
+from treespec.shared.rpc.server import ServerHandle, create_server
+from treespec.v1 import verifier_pb2, verifier_pb2_grpc
+from treespec.verifier.config import EngineConfig
+from treespec.verifier.engine import Engine
+from treespec.verifier.server import convert
+from treespec.verifier.server.drafters import DrafterSpec, build_drafter
+from treespec.verifier.server.engine_loop import EngineLoop
+from treespec.verifier.server.metrics import VerifierMetrics
+from treespec.verifier.server.servicer import VerifierServicer
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = verifier_pb2.DESCRIPTOR.services_by_name["Verifier"].full_name
+TRACER_NAME = "treespec.verifier"
+
+
+@dataclass(frozen=True)
+class VerifierServerConfig:
+    engine: EngineConfig
+    host: str = "127.0.0.1"
+    port: int = 50051  # 0: a free port
+    metrics_port: int | None = None  # Prometheus over HTTP on host; None or 0: off
+    served_model_name: str | None = None  # default: the model folder's name
+    drafter: DrafterSpec = field(default_factory=DrafterSpec)
+    shutdown_grace_s: float = 5.0  # how long in-flight requests may run on after a stop
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name or self.engine.model_path.name
+
+
+@dataclass
+class _Running:
+    engine: Engine
+    loop: EngineLoop
+    handle: ServerHandle
+    metrics_http: WSGIServer | None
+    drafter_shutdown: Callable[[], None]
+
+
+class VerifierServer:
+    """`drafter` and `model` replace what the config names (tests; a model loaded once)."""
+
+    def __init__(
+        self,
+        config: VerifierServerConfig,
+        *,
+        drafter: Drafter | None = None,
+        model: CausalLM | None = None,
+        tracer_provider: trace.TracerProvider | None = None,
+    ) -> None:
+        self.config = config
+        self.metrics = VerifierMetrics(CollectorRegistry())
+        self._drafter = drafter
+        self._model = model
+        self._tracer_provider = tracer_provider or trace.get_tracer_provider()
+        self._running: _Running | None = None
+
+    @property
+    def port(self) -> int:
+        return self._state.handle.port
+
+    @property
+    def engine_loop(self) -> EngineLoop:
+        return self._state.loop
+
+    @property
+    def _state(self) -> _Running:
+        if self._running is None:
+            raise RuntimeError("the verifier server is not running")
+        return self._running
+
+    async def start(self) -> int:
+        """Load the model, start the engine thread, serve; returns the bound port."""
+        engine, drafter_shutdown = await asyncio.to_thread(self._build_engine)
+        loop = EngineLoop(engine, self.metrics)
+        loop.start()
+        metrics_http = None
+        try:
+            metrics_http = self._start_metrics_http()
+            handle = await self._serve(engine, loop)
+        except BaseException:
+            await asyncio.to_thread(loop.stop)
+            _close_http(metrics_http)
+            drafter_shutdown()
+            raise
+        self._running = _Running(engine, loop, handle, metrics_http, drafter_shutdown)
+        log.info("verifier listening on %s:%d", self.config.host, handle.port)
+        return handle.port
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Refuse new calls, let in-flight ones finish within `grace` seconds, end the rest with an
+        ABORT chunk, stop the engine thread."""
+        if self._running is None:
+            return
+        running, self._running = self._running, None
+        grace = self.config.shutdown_grace_s if grace is None else grace
+        server_stopped = asyncio.create_task(running.handle.stop(grace + 1.0))
+        await _wait_idle(running.loop, grace)
+        await asyncio.to_thread(running.loop.stop)
+        await server_stopped
+        _close_http(running.metrics_http)
+        running.drafter_shutdown()
+        log.info("verifier stopped")
+
+    def _build_engine(self) -> tuple[Engine, Callable[[], None]]:
+        """The engine, and what ends the drafter built here (an injected one is the caller's)."""
+        c = self.config.engine
+        model = self._model or load_model(c.model_path, LoadOptions(c.device, c.dtype))
+        if self._drafter is not None:
+            return Engine(c, self._drafter, model), _nothing
+        built = build_drafter(self.config.drafter, model.config.vocab_size, c.model_path)
+        try:
+            return Engine(c, built.drafter, model), built.shutdown
+        except BaseException:
+            built.shutdown()
+            raise
+
+    async def _serve(self, engine: Engine, loop: EngineLoop) -> ServerHandle:
+        handle = create_server(
+            f"{self.config.host}:{self.config.port}",
+            [aio_server_interceptor(self._tracer_provider, filter_=filters.negate(filters.health_check()))],
+        )
+        verifier_pb2_grpc.add_VerifierServicer_to_server(self._servicer(engine, loop), handle.server)
+        await handle.server.start()
+        await handle.set_serving([SERVICE_NAME])
+        return handle
+
+    def _servicer(self, engine: Engine, loop: EngineLoop) -> VerifierServicer:
+        algorithm = self.config.drafter.name or (self.config.engine.speculative_algorithm or "")
+        info = convert.model_info(engine, self.config.model_name, algorithm)
+        tracer = self._tracer_provider.get_tracer(TRACER_NAME)
+        return VerifierServicer(loop, info, engine.config.speculation, tracer)
+
+    def _start_metrics_http(self) -> WSGIServer | None:
+        if not self.config.metrics_port:
+            return None
+        httpd, _ = start_http_server(
+            self.config.metrics_port, addr=self.config.host, registry=self.metrics.registry
+        )
+        log.info("verifier metrics at http://%s:%d/metrics", self.config.host, httpd.server_port)
+        return httpd
+
+
+def _nothing() -> None:
+    pass
+
+
+def _close_http(httpd: WSGIServer | None) -> None:
+    if httpd is not None:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+async def _wait_idle(loop: EngineLoop, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while loop.num_live and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+
+
+async def serve_until_signalled(
+    config: VerifierServerConfig, *, tracer_provider: trace.TracerProvider | None = None
+) -> None:
+    """Serve until SIGTERM or SIGINT, then stop gracefully."""
+    stop = asyncio.Event()
+    event_loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        event_loop.add_signal_handler(sig, stop.set)
+    server = VerifierServer(config, tracer_provider=tracer_provider)
+    await server.start()
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()

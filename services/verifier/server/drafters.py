@@ -1,0 +1,57 @@
+"""Which drafter the verifier asks: none, a registry drafter in-process, or remote drafter servers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from treespec.shared.drafting.drafter import Drafter, DrafterContext
+from treespec.shared.drafting.registry import create_drafter
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """`remote_targets` (host:port addresses, or one `dns:///name:port`): drafts come from drafter
+    servers, which run the algorithm (`algorithm` is then only reported). Otherwise `algorithm` is
+    a registry name run in-process; None: plain decoding."""
+
+    algorithm: str | None = None
+    remote_targets: tuple[str, ...] = ()
+    deadline_s: float = 0.05
+
+    @property
+    def enabled(self) -> bool:
+        return self.algorithm is not None or bool(self.remote_targets)
+
+    @property
+    def name(self) -> str:
+        """As ModelInfo reports it ("" when speculation is off)."""
+        if self.algorithm is not None:
+            return self.algorithm.lower()
+        return "remote" if self.remote_targets else ""
+
+
+@dataclass(frozen=True)
+class BuiltDrafter:
+    """A drafter built from a spec, with what ends it (remote links and threads) after the engine."""
+
+    drafter: Drafter | None
+    shutdown: Callable[[], None]
+
+
+def build_drafter(spec: DrafterSpec, vocab_size: int, target_path: Path) -> BuiltDrafter:
+    if spec.remote_targets:
+        from treespec.verifier.remote_drafter import RemoteDrafter
+
+        targets = spec.remote_targets[0] if len(spec.remote_targets) == 1 else list(spec.remote_targets)
+        remote = RemoteDrafter(targets, deadline_s=spec.deadline_s)
+        return BuiltDrafter(remote, remote.shutdown)
+    if spec.algorithm is not None:
+        context = DrafterContext(vocab_size=vocab_size, target_path=target_path)
+        return BuiltDrafter(create_drafter(spec.algorithm, context), _nothing)
+    return BuiltDrafter(None, _nothing)
+
+
+def _nothing() -> None:
+    pass

@@ -1,0 +1,222 @@
+"""The engine on its own thread beside the asyncio event loop, with outputs routed to async streams.
+
+`Engine.step` blocks (a forward pass), so it runs on one dedicated thread; the event loop only
+queues requests and aborts (both thread-safe on the engine) and receives outputs through
+`call_soon_threadsafe`. Idle, the thread sleeps on an Event.
+
+A request id stays taken from `submit` until the engine's last output for it has been handled, so
+that a late output of an aborted request can never reach a new request that reuses its id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from treespec.verifier.engine import Engine
+from treespec.verifier.request import FinishReason, GenerationRequest, RequestOutput
+from treespec.verifier.server.observer import EngineSnapshot, FinishedRequest, LoopObserver
+from treespec.verifier.server.output_stream import OutputStream
+
+log = logging.getLogger(__name__)
+
+
+class DuplicateRequestError(ValueError):
+    """The request id belongs to a live request."""
+
+
+class EngineStoppedError(RuntimeError):
+    """The loop is shutting down and takes no new requests."""
+
+
+class EngineStepError(RuntimeError):
+    """An engine step failed while the request was live; the request was aborted."""
+
+
+@dataclass(eq=False)
+class _Route:
+    """Where one request's outputs go, and its timing. Guarded by the loop's lock."""
+
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue[RequestOutput | BaseException]
+    num_prompt: int
+    submitted_at: float
+    first_token_at: float | None = None
+    num_output: int = 0
+    closed: bool = False  # the consumer is gone or has had its last item: outputs are dropped
+
+    def deliver(self, item: RequestOutput | BaseException) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # its event loop is closed: nobody is listening any more
+            self.closed = True
+
+    def record(self, output: RequestOutput, now: float) -> FinishedRequest | None:
+        if output.token_ids:
+            if self.first_token_at is None:
+                self.first_token_at = now
+            self.num_output += len(output.token_ids)
+        if not output.finished:
+            return None
+        first = self.first_token_at
+        ttft = None if first is None else first - self.submitted_at
+        tpot = None if first is None or self.num_output < 2 else (now - first) / (self.num_output - 1)
+        return FinishedRequest(output, self.num_output, ttft, tpot)
+
+
+class EngineLoop:
+    def __init__(self, engine: Engine, observer: LoopObserver | None = None) -> None:
+        self.engine = engine
+        self._observer = observer
+        self._routes: dict[str, _Route] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._snapshot = EngineSnapshot.of(engine)
+        self._thread = threading.Thread(target=self._run, name="treespec-engine", daemon=True)
+
+    # ---- the event loop's side ---------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def snapshot(self) -> EngineSnapshot:
+        """The engine's figures after its latest step."""
+        return self._snapshot
+
+    @property
+    def num_live(self) -> int:
+        """Requests submitted whose last output has not been handled yet."""
+        with self._lock:
+            return len(self._routes)
+
+    async def submit(self, request: GenerationRequest) -> OutputStream:
+        """Queue `request` (validation errors raise here) and return its outputs' stream."""
+        loop = asyncio.get_running_loop()
+        rid = request.request_id
+        route = _Route(loop, asyncio.Queue(), len(request.prompt_ids), time.monotonic())
+        with self._lock:
+            if self._stopping:
+                raise EngineStoppedError("the verifier is shutting down")
+            if rid in self._routes:
+                raise DuplicateRequestError(f"request id {rid!r} belongs to a live request")
+            self.engine.add_request(request)
+            self._routes[rid] = route
+        self._wake.set()
+        return OutputStream(rid, route.queue, lambda: self._release(rid, route))
+
+    def abort(self, request_id: str) -> None:
+        """Abort a live request; its stream ends with an ABORT output."""
+        with self._lock:
+            if request_id in self._routes:
+                self.engine.abort(request_id)
+        self._wake.set()
+
+    def stop(self, timeout: float | None = 30.0) -> None:
+        """End every live stream with an ABORT output, free the engine's requests, join the thread."""
+        with self._lock:
+            self._stopping = True
+            for rid, route in self._routes.items():
+                if not route.closed:
+                    route.closed = True
+                    route.deliver(RequestOutput(rid, [], FinishReason.ABORT, route.num_prompt))
+                self.engine.abort(rid)
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _release(self, rid: str, route: _Route) -> None:
+        """The consumer stopped listening: abort the request unless it is over already."""
+        with self._lock:
+            if self._routes.get(rid) is not route or route.closed:
+                return
+            route.closed = True
+            self.engine.abort(rid)  # under the lock: it must reach the engine before any reuse of rid
+        self._wake.set()
+
+    # ---- the engine thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while self._wait_for_work():
+            self._run_step()
+        self._run_step()  # the aborts queued by stop(): frees their KV, closes them at the drafter
+        log.info("engine loop stopped")
+
+    def _wait_for_work(self) -> bool:
+        """Sleep until there is work; False once stopping."""
+        while True:
+            self._wake.clear()
+            with self._lock:
+                if self._stopping:
+                    return False
+                if self.engine.has_work():
+                    return True
+                self._drop_orphans()
+            self._wake.wait()
+
+    def _drop_orphans(self) -> None:
+        """An idle engine holds no request: closed routes still waiting for one are orphans
+        (their last output was lost in a failed step)."""
+        for rid in [rid for rid, route in self._routes.items() if route.closed]:
+            del self._routes[rid]
+
+    def _run_step(self) -> None:
+        try:
+            self._dispatch(self.engine.step())
+        except Exception as exc:
+            log.exception("engine step failed; aborting the live requests")
+            self._fail_live(exc)
+        self._publish()
+
+    def _dispatch(self, outputs: list[RequestOutput]) -> None:
+        now = time.monotonic()
+        finished: list[FinishedRequest] = []
+        with self._lock:
+            for output in outputs:
+                route = self._routes.get(output.request_id)
+                if route is None:
+                    continue
+                record = route.record(output, now)
+                if record is not None:
+                    del self._routes[output.request_id]
+                    finished.append(record)
+                if not route.closed:
+                    route.deliver(output)
+        for record in finished:
+            self._notify(functools.partial(self._report_finished, record))
+
+    def _fail_live(self, exc: Exception) -> None:
+        with self._lock:
+            for rid, route in self._routes.items():
+                if not route.closed:
+                    route.closed = True
+                    route.deliver(EngineStepError(f"the engine failed: {exc!r}"))
+                self.engine.abort(rid)
+
+    def _publish(self) -> None:
+        self._snapshot = EngineSnapshot.of(self.engine)
+        self._notify(functools.partial(self._report_step, self._snapshot))
+
+    def _report_finished(self, record: FinishedRequest) -> None:
+        if self._observer is not None:
+            self._observer.request_finished(record)
+
+    def _report_step(self, snapshot: EngineSnapshot) -> None:
+        if self._observer is not None:
+            self._observer.engine_stepped(snapshot)
+
+    @staticmethod
+    def _notify(call: Callable[[], None]) -> None:
+        try:
+            call()
+        except Exception:  # metrics trouble never reaches a request
+            log.exception("loop observer failed")

@@ -1,0 +1,103 @@
+"""Prometheus metrics of the verifier, on a registry the server owns (no process-wide state)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from treespec.verifier.server.observer import EngineSnapshot, FinishedRequest
+
+PREFIX = "treespec_verifier_"
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+ACCEPTANCE_BUCKETS = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0, 12.0, 16.0)
+
+
+class VerifierMetrics:
+    """A LoopObserver: request figures when a request finishes, engine gauges after each step.
+
+    Acceptance by tree depth d over any window: rate(depth_accepted_steps_total{depth=d}) /
+    rate(depth_drafted_steps_total{depth=d}); the gauge `acceptance_by_depth` holds it since start.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.requests = Counter(
+            PREFIX + "requests", "Finished requests.", ["finish_reason"], registry=registry
+        )
+        self.prompt_tokens = Counter(PREFIX + "prompt_tokens", "Prompt tokens processed.", registry=registry)
+        self.output_tokens = Counter(PREFIX + "output_tokens", "Tokens generated.", registry=registry)
+        self.time_to_first_token = Histogram(
+            PREFIX + "time_to_first_token_seconds",
+            "From submission to the first generated token.",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.time_per_output_token = Histogram(
+            PREFIX + "time_per_output_token_seconds",
+            "Mean time per generated token after the first, per request.",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.acceptance_length = Histogram(
+            PREFIX + "acceptance_length",
+            "Tokens committed per verify step (bonus token included), per finished request.",
+            buckets=ACCEPTANCE_BUCKETS,
+            registry=registry,
+        )
+        self.verify_steps = Counter(PREFIX + "verify_steps", "Verify (decode) steps.", registry=registry)
+        self.drafted_tokens = Counter(PREFIX + "drafted_tokens", "Draft tokens proposed.", registry=registry)
+        self.accepted_tokens = Counter(
+            PREFIX + "accepted_tokens", "Draft tokens accepted.", registry=registry
+        )
+        self.depth_drafted = Counter(
+            PREFIX + "depth_drafted_steps",
+            "Verify steps whose tree reached this depth.",
+            ["depth"],
+            registry=registry,
+        )
+        self.depth_accepted = Counter(
+            PREFIX + "depth_accepted_steps",
+            "Verify steps that accepted a draft token at this depth.",
+            ["depth"],
+            registry=registry,
+        )
+        self.acceptance_by_depth = Gauge(
+            PREFIX + "acceptance_by_depth",
+            "Accepted / drafted at this tree depth, since start.",
+            ["depth"],
+            registry=registry,
+        )
+        self.running_requests = Gauge(PREFIX + "running_requests", "Requests running.", registry=registry)
+        self.waiting_requests = Gauge(PREFIX + "waiting_requests", "Requests waiting.", registry=registry)
+        self.kv_blocks_used = Gauge(PREFIX + "kv_blocks_used", "KV cache blocks in use.", registry=registry)
+        self.kv_blocks_total = Gauge(PREFIX + "kv_blocks_total", "KV cache blocks.", registry=registry)
+
+    def request_finished(self, record: FinishedRequest) -> None:
+        output = record.output
+        assert output.finish_reason is not None
+        self.requests.labels(output.finish_reason.value).inc()
+        self.prompt_tokens.inc(output.num_prompt_tokens)
+        self.output_tokens.inc(record.num_output_tokens)
+        if record.time_to_first_token_s is not None:
+            self.time_to_first_token.observe(record.time_to_first_token_s)
+        if record.time_per_output_token_s is not None:
+            self.time_per_output_token.observe(record.time_per_output_token_s)
+        stats = output.stats
+        if stats is None or stats.verify_steps == 0:
+            return
+        self.acceptance_length.observe(stats.acceptance_length)
+        self.verify_steps.inc(stats.verify_steps)
+        self.drafted_tokens.inc(stats.drafted_tokens)
+        self.accepted_tokens.inc(stats.accepted_tokens)
+        for depth, (drafted, accepted) in enumerate(
+            zip(stats.drafted_by_depth, stats.accepted_by_depth, strict=True), start=1
+        ):
+            self.depth_drafted.labels(str(depth)).inc(drafted)
+            self.depth_accepted.labels(str(depth)).inc(accepted)
+
+    def engine_stepped(self, snapshot: EngineSnapshot) -> None:
+        self.running_requests.set(snapshot.running_requests)
+        self.waiting_requests.set(snapshot.waiting_requests)
+        self.kv_blocks_used.set(snapshot.kv_blocks_used)
+        self.kv_blocks_total.set(snapshot.kv_blocks_total)
+        for depth, ratio in enumerate(snapshot.speculation.acceptance_by_depth, start=1):
+            self.acceptance_by_depth.labels(str(depth)).set(ratio)

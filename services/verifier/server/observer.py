@@ -1,0 +1,54 @@
+"""What the engine loop reports as it runs: engine figures after each step, each finished request."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Protocol
+
+from treespec.verifier.engine import Engine
+from treespec.verifier.request import RequestOutput
+from treespec.verifier.stats import SpecStats
+
+
+@dataclass(frozen=True)
+class EngineSnapshot:
+    """The engine's figures between two steps (taken on the engine thread, read anywhere)."""
+
+    running_requests: int
+    waiting_requests: int
+    kv_blocks_total: int
+    kv_blocks_free: int
+    speculation: SpecStats  # a copy of the engine's totals
+
+    @property
+    def kv_blocks_used(self) -> int:
+        return self.kv_blocks_total - self.kv_blocks_free
+
+    @classmethod
+    def of(cls, engine: Engine) -> EngineSnapshot:
+        return cls(
+            running_requests=engine.num_running,
+            waiting_requests=engine.num_waiting,
+            kv_blocks_total=engine.config.num_blocks,
+            kv_blocks_free=engine.num_free_blocks,
+            speculation=copy.deepcopy(engine.stats),
+        )
+
+
+@dataclass(frozen=True)
+class FinishedRequest:
+    """A request's last output with its latencies (seconds; None where there is nothing to measure)."""
+
+    output: RequestOutput
+    num_output_tokens: int
+    time_to_first_token_s: float | None
+    time_per_output_token_s: float | None  # after the first token
+
+
+class LoopObserver(Protocol):
+    """Called on the engine thread: implementations must be quick and thread-safe."""
+
+    def engine_stepped(self, snapshot: EngineSnapshot) -> None: ...
+
+    def request_finished(self, record: FinishedRequest) -> None: ...

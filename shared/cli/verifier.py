@@ -1,0 +1,134 @@
+"""`treespec verifier`: the verifier gRPC server (target model, KV cache, tree verification).
+
+Flags follow SGLang's names. Drafts come from an in-process registry drafter
+(`--speculative-algorithm`), or from drafter servers (`--drafter-address`), or not at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from treespec.verifier.server.app import VerifierServerConfig
+
+NONE = "NONE"
+# Engine flags left out keep EngineConfig's defaults (quoted in the help only: importing it loads torch).
+ENGINE_FLAGS = (
+    "page_size",
+    "max_total_tokens",
+    "max_running_requests",
+    "chunked_prefill_size",
+    "context_length",
+)
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "verifier",
+        help="the verifier gRPC server: target model, KV cache, tree verification",
+        description="Serve treespec.v1.Verifier over gRPC (with health checking) until SIGTERM or SIGINT.",
+    )
+    p.add_argument("--model-path", help="HF model directory (default: the bundled SmolLM2-135M-Instruct)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=50051, help="gRPC port (0: a free one, printed in the log)")
+    p.add_argument("--metrics-port", type=int, default=None, help="Prometheus /metrics port (default: off)")
+    p.add_argument("--served-model-name", default=None, help="model name to report (default: folder name)")
+    _engine_arguments(p)
+    _speculation_arguments(p)
+    p.set_defaults(handler=_run)
+
+
+def _engine_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--dtype", default="auto", help="auto (float32 on CPU, bfloat16 on GPU), float32, ...")
+    p.add_argument("--page-size", type=int, help="tokens per KV block (default: 16)")
+    p.add_argument("--max-total-tokens", type=int, help="KV cache capacity in tokens (default: 32768)")
+    p.add_argument("--max-running-requests", type=int, help="default: 64")
+    p.add_argument("--chunked-prefill-size", type=int, help="prompt tokens per engine step (default: 512)")
+    p.add_argument("--context-length", type=int, help="default: the model's")
+
+
+def _speculation_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--speculative-algorithm",
+        type=_algorithm,
+        default=NONE,
+        help="a drafter run in-process (e.g. RANDOM), or NONE; with --drafter-address only reported",
+    )
+    p.add_argument("--speculative-num-steps", type=int, default=5, help="tree depth")
+    p.add_argument("--speculative-eagle-topk", type=int, default=4, help="children per node")
+    p.add_argument("--speculative-num-draft-tokens", type=int, default=8, help="tree nodes, root included")
+    p.add_argument(
+        "--drafter-address",
+        default=None,
+        help="drafter servers: host:port[,host:port...] or dns:///name:port",
+    )
+    p.add_argument("--draft-deadline-ms", type=float, default=50.0, help="wait for remote drafts at most")
+
+
+def _algorithm(value: str) -> str:
+    from treespec.shared.drafting.registry import UnknownDrafterError, drafter_class
+
+    if value.upper() == NONE:
+        return NONE
+    try:
+        drafter_class(value)
+    except UnknownDrafterError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return value
+
+
+def config_from_args(ns: argparse.Namespace) -> VerifierServerConfig:
+    from treespec.shared.model.store import models_dir, resolve_model_path
+    from treespec.verifier.config import EngineConfig
+    from treespec.verifier.request import SpeculationParams
+    from treespec.verifier.server.app import VerifierServerConfig
+    from treespec.verifier.server.drafters import DrafterSpec
+
+    remote = tuple(a.strip() for a in (ns.drafter_address or "").split(",") if a.strip())
+    drafter = DrafterSpec(
+        algorithm=None if ns.speculative_algorithm == NONE else ns.speculative_algorithm,
+        remote_targets=remote,
+        deadline_s=ns.draft_deadline_ms / 1000.0,
+    )
+    speculation = SpeculationParams(
+        enabled=drafter.enabled,
+        num_steps=ns.speculative_num_steps,
+        eagle_topk=ns.speculative_eagle_topk,
+        num_draft_tokens=ns.speculative_num_draft_tokens,
+    )
+    given = {name: getattr(ns, name) for name in ENGINE_FLAGS if getattr(ns, name) is not None}
+    engine = EngineConfig(
+        model_path=Path(resolve_model_path(ns.model_path, models_dir())),
+        device=ns.device,
+        dtype=ns.dtype,
+        speculation=speculation,
+        **given,
+    )
+    return VerifierServerConfig(
+        engine=engine,
+        host=ns.host,
+        port=ns.port,
+        metrics_port=ns.metrics_port,
+        served_model_name=ns.served_model_name,
+        drafter=drafter,
+    )
+
+
+def _run(ns: argparse.Namespace) -> int:
+    from treespec.shared.telemetry.tracing import build_tracer_provider, install_tracer_provider
+    from treespec.verifier.server.app import serve_until_signalled
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    config = config_from_args(ns)
+    provider = build_tracer_provider("treespec-verifier")
+    install_tracer_provider(provider)  # for instrumentations that look the provider up globally
+    try:
+        asyncio.run(serve_until_signalled(config, tracer_provider=provider))
+    finally:
+        provider.shutdown()
+    return 0
