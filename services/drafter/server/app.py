@@ -1,0 +1,111 @@
+"""Running the drafter server: in-process (`DrafterServer`, tests and embedding) or as a process
+(`serve`, the `treespec drafter` command)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+
+from opentelemetry import trace
+
+from treespec.drafter.server.config import DrafterServerConfig, join_host_port
+from treespec.drafter.server.servicer import DrafterServicer
+from treespec.shared.drafting.drafter import Drafter
+from treespec.shared.drafting.registry import create_drafter
+from treespec.shared.rpc.server import ServerHandle, create_server
+from treespec.shared.telemetry.tracing import build_tracer_provider, install_tracer_provider
+from treespec.v1 import drafter_pb2, drafter_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME: str = drafter_pb2.DESCRIPTOR.services_by_name["Drafter"].full_name
+
+
+async def start_server(servicer: DrafterServicer, address: str) -> ServerHandle:
+    """Bound, started and reported SERVING by health checking."""
+    handle = create_server(address)
+    drafter_pb2_grpc.add_DrafterServicer_to_server(servicer, handle.server)
+    await handle.server.start()
+    await handle.set_serving([SERVICE_NAME])
+    return handle
+
+
+class DrafterServer:
+    """A drafter server on an event loop of its own, in a background thread."""
+
+    def __init__(
+        self,
+        plugin: Drafter,
+        kind: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        tracer: trace.Tracer | None = None,
+    ) -> None:
+        self.servicer = DrafterServicer(plugin, kind, tracer)
+        self._address = join_host_port(host, port)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="drafter-server", daemon=True)
+        self._handle: ServerHandle | None = None
+
+    def start(self) -> int:
+        """Returns the bound port (a free one when constructed with port 0)."""
+        self._thread.start()
+        future = asyncio.run_coroutine_threadsafe(start_server(self.servicer, self._address), self._loop)
+        self._handle = future.result()
+        return self._handle.port
+
+    def stop(self, grace_s: float | None = 0.5) -> None:
+        """Ends every stream (their requests are closed in the plugin), then the loop and thread."""
+        if self._handle is not None:
+            asyncio.run_coroutine_threadsafe(_stop(self._handle, grace_s), self._loop).result()
+            self._handle = None
+        self.servicer.shutdown()
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+        self._loop.close()
+
+    def __enter__(self) -> DrafterServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+async def _stop(handle: ServerHandle, grace_s: float | None) -> None:
+    """Stop the server, then let the RPC tasks it cancelled unwind before the loop goes away."""
+    await handle.stop(grace_s)
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    if others:
+        _, pending = await asyncio.wait(others, timeout=1.0)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+    await asyncio.get_running_loop().shutdown_asyncgens()
+
+
+def serve(config: DrafterServerConfig) -> int:
+    """Run until SIGTERM or SIGINT; then stop accepting, let streams finish for `grace_s`, exit 0.
+
+    Raises UnknownDrafterError (a ValueError), or TypeError for options the plugin does not take.
+    """
+    plugin = create_drafter(config.kind, config.context)
+    install_tracer_provider(build_tracer_provider("treespec-drafter"))
+    asyncio.run(_serve_until_signal(DrafterServicer(plugin, config.kind), config))
+    return 0
+
+
+async def _serve_until_signal(servicer: DrafterServicer, config: DrafterServerConfig) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    handle = await start_server(servicer, config.address)
+    log.info("drafter (%s) listening on %s", config.kind, join_host_port(config.host, handle.port))
+    await stop.wait()
+    log.info("drafter (%s) stopping", config.kind)
+    await handle.stop(config.grace_s)
+    await asyncio.to_thread(servicer.shutdown)

@@ -1,0 +1,101 @@
+"""The Drafter gRPC service: one plugin instance behind the bidirectional Draft stream."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import grpc
+from opentelemetry import trace
+
+from treespec.drafter.server.session import DraftSession, Proposal, ProposalItem
+from treespec.drafter.server.spans import RequestSpans
+from treespec.shared.drafting.drafter import Drafter
+from treespec.shared.rpc.tree_codec import budget_from_proto, tree_to_proto
+from treespec.shared.telemetry.tracing import TRACER_NAME
+from treespec.v1 import drafter_pb2, drafter_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
+    """Messages of a stream are handled in order. Plugin calls are synchronous and may be heavy, so
+    they run off the event loop, on one worker thread for all streams: plugins need not be
+    thread-safe, and a stream awaits each call before reading its next message."""
+
+    def __init__(self, plugin: Drafter, kind: str, tracer: trace.Tracer | None = None) -> None:
+        self._plugin = plugin
+        self._spans = RequestSpans(tracer or trace.get_tracer(TRACER_NAME), kind)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drafter-plugin")
+        self._stream_ids = itertools.count(1)
+
+    async def Draft(
+        self, request_iterator: AsyncIterator[drafter_pb2.DraftRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[drafter_pb2.DraftReply]:
+        session = DraftSession(self._plugin, self._spans, next(self._stream_ids))
+        # However the stream ends (half-close, cancel, broken connection), its requests are closed;
+        # close_all is idempotent, so both paths may run it.
+        context.add_done_callback(lambda _: self._submit(session.close_all))
+        try:
+            async for message in request_iterator:
+                reply = await self._handle(session, message)
+                if reply is not None:
+                    yield reply
+        finally:
+            self._submit(session.close_all)
+
+    def shutdown(self) -> None:
+        """After the server stopped: let the queued closes run, then end the plugin thread."""
+        self._executor.shutdown(wait=True)
+
+    async def _handle(
+        self, session: DraftSession, message: drafter_pb2.DraftRequest
+    ) -> drafter_pb2.DraftReply | None:
+        kind = message.WhichOneof("message")
+        if kind == "open":
+            m = message.open
+            await self._run(session.open, m.request_id, list(m.token_ids), dict(m.trace_context))
+        elif kind == "advance":
+            await self._run(session.advance, message.advance.request_id, list(message.advance.token_ids))
+        elif kind == "close":
+            await self._run(session.close, message.close.request_id)
+        elif kind == "propose":
+            items = [_item(i) for i in message.propose.items]
+            proposals = await self._run(session.propose, items)
+            return drafter_pb2.DraftReply(
+                round=message.propose.round, results=[_result(p) for p in proposals]
+            )
+        return None
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def _submit(self, fn: Callable[[], object]) -> None:
+        try:
+            self._executor.submit(fn)
+        except RuntimeError:  # shut down already: the process is exiting
+            log.debug("plugin thread gone; skipping stream clean-up")
+
+
+def _item(message: drafter_pb2.ProposeItem) -> ProposalItem:
+    try:
+        return ProposalItem(message.request_id, budget_from_proto(message.budget))
+    except ValueError:
+        return ProposalItem(message.request_id, None)
+
+
+def _result(proposal: Proposal) -> drafter_pb2.DraftResult:
+    result = drafter_pb2.DraftResult(request_id=proposal.request_id, error=proposal.error)
+    if proposal.tree is not None:
+        try:
+            result.tree.CopyFrom(tree_to_proto(proposal.tree))
+        except (ValueError, TypeError) as exc:  # e.g. a negative token id does not fit uint32
+            result.ClearField("tree")
+            result.error = f"unencodable tree: {exc}"
+    return result

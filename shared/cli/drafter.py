@@ -1,0 +1,87 @@
+"""`treespec drafter`: serve one drafter plugin over gRPC (the Drafter service)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PORT = 50061
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "drafter",
+        help="serve a drafter plugin over gRPC",
+        description="Serve one drafter plugin (by registry name) behind the gRPC Drafter service.",
+    )
+    parser.add_argument("--kind", required=True, help="drafter name (random, oracle, ...) or module:Class")
+    vocab = parser.add_mutually_exclusive_group(required=True)
+    vocab.add_argument("--model-path", type=Path, metavar="DIR", help="the target model's folder")
+    vocab.add_argument("--vocab-size", type=int, metavar="N", help="the target's vocabulary size")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help="0: any free port (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a plugin option (repeatable); VALUE is read as JSON when it parses, else as a string",
+    )
+    parser.set_defaults(handler=_drafter)
+
+
+def _drafter(args: argparse.Namespace) -> int:
+    from treespec.drafter.server.app import serve
+    from treespec.drafter.server.config import DrafterServerConfig
+    from treespec.shared.drafting.drafter import DrafterContext
+
+    try:
+        options = parse_options(args.option)
+        vocab_size = args.vocab_size if args.vocab_size is not None else read_vocab_size(args.model_path)
+    except ValueError as exc:
+        print(f"treespec drafter: error: {exc}", file=sys.stderr)
+        return 2
+    context = DrafterContext(vocab_size, args.model_path, options)
+    _configure_logging()
+    try:
+        return serve(DrafterServerConfig(args.kind, context, args.host, args.port))
+    except (ValueError, TypeError) as exc:  # unknown drafter, or options its constructor rejects
+        print(f"treespec drafter: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def parse_options(pairs: list[str]) -> dict[str, Any]:
+    """`key=value` pairs; values as JSON where they parse (numbers, booleans, lists), else strings."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--option wants KEY=VALUE, got {pair!r}")
+        try:
+            options[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            options[key] = raw
+    return options
+
+
+def read_vocab_size(model_path: Path) -> int:
+    """From config.json (or its text_config, for multimodal checkpoints)."""
+    file = model_path / "config.json"
+    if not file.is_file():
+        raise ValueError(f"no config.json in {model_path}")
+    config = json.loads(file.read_text())
+    size = config.get("vocab_size", config.get("text_config", {}).get("vocab_size"))
+    if not isinstance(size, int):
+        raise ValueError(f"{file} has no vocab_size")
+    return size
+
+
+def _configure_logging() -> None:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
