@@ -12,6 +12,7 @@ FOLDERS = {
     "treespec.kernels": "kernels",
     "treespec.verifier": "services/verifier",
     "treespec.drafter": "services/drafter",
+    "treespec.gateway": "services/gateway",
     "treespec.bench": "bench",
     "treespec.v1": "protos/treespec/v1",
 }

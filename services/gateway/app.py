@@ -1,0 +1,95 @@
+"""The gateway's FastAPI application, built by `create_app` (everything it needs on `app.state`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from opentelemetry import trace
+from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+from prometheus_client import CollectorRegistry
+
+from treespec.gateway.config import GatewayConfig
+from treespec.gateway.errors import APIError, install_error_handlers
+from treespec.gateway.guards import RequestGuard
+from treespec.gateway.metrics import GatewayMetrics, RequestCounter
+from treespec.gateway.routes import chat, completions, models, ops
+from treespec.gateway.state import GatewayState
+from treespec.gateway.tokenizer import PromptTokenizer
+from treespec.gateway.verifier_client import VerifierClient
+
+log = logging.getLogger(__name__)
+
+TRACER_NAME = "treespec.gateway"
+WARM_UP_MAX_DELAY_S = 5.0
+
+
+def create_app(
+    config: GatewayConfig,
+    *,
+    tracer_provider: trace.TracerProvider | None = None,
+    registry: CollectorRegistry | None = None,
+) -> FastAPI:
+    """The application; the verifier channel opens when it starts (in the server's event loop).
+
+    `tracer_provider` defaults to the process's; `registry` (default: a fresh one) holds the
+    metrics that /metrics exposes.
+    """
+    provider = tracer_provider or trace.get_tracer_provider()
+    metrics = GatewayMetrics(registry if registry is not None else CollectorRegistry())
+    tokenizer = PromptTokenizer(config.model_path)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        verifier = VerifierClient(
+            config.verifier_addresses,
+            tracer_provider=provider,
+            timeout_s=config.verifier_timeout_s,
+            attempts=config.model_info_attempts,
+        )
+        app.state.gateway = GatewayState(
+            config, tokenizer, verifier, metrics, provider.get_tracer(TRACER_NAME)
+        )
+        warm_up = asyncio.create_task(_warm_up(verifier))
+        try:
+            yield
+        finally:
+            warm_up.cancel()
+            await verifier.close()
+
+    app = FastAPI(
+        title="treespec gateway",
+        summary="OpenAI-compatible API over the treespec verifier",
+        lifespan=lifespan,
+        strict_content_type=False,  # no Content-Type is read as JSON; a wrong one is refused (guards)
+    )
+    install_error_handlers(app)
+    for module in (chat, completions, models, ops):
+        # The limit per route, not per app: the app-wide one answers a too-large Content-Length in
+        # plain text, where RequestGuard answers it in OpenAI's JSON before any route runs.
+        app.include_router(module.router, max_body_size=config.max_body_bytes)
+    app.add_middleware(RequestGuard, api_keys=config.api_keys, max_body_bytes=config.max_body_bytes)
+    app.add_middleware(RequestCounter, metrics=metrics)
+    # One server span per request: no span per ASGI message (a stream would get one per token).
+    FastAPIInstrumentor.instrument_app(
+        app, tracer_provider=provider, excluded_urls="/health,/metrics", exclude_spans=["receive", "send"]
+    )
+    return app
+
+
+async def _warm_up(verifier: VerifierClient) -> None:
+    """Ask for the model's figures until the verifier answers (requests would ask anyway)."""
+    delay = 0.5
+    while True:
+        try:
+            info = await verifier.model_info()
+        except APIError as exc:
+            log.info("verifier not ready yet (%s); asking again in %.1fs", exc.message, delay)
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, WARM_UP_MAX_DELAY_S)
+            continue
+        log.info("verifier serves %s (context %d tokens)", info.model_name, info.context_length)
+        return

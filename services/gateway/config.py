@@ -1,0 +1,38 @@
+"""The gateway's configuration: one frozen dataclass, built from CLI flags at the edge."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    # host:port of each verifier replica; one DNS name resolving to all replicas works too.
+    verifier_addresses: tuple[str, ...]
+    # The Hugging Face folder the verifier serves: the gateway loads its tokenizer and chat template.
+    model_path: Path
+    served_model_name: str | None = None  # None: the model folder's name
+    api_keys: tuple[str, ...] = ()  # empty: no authentication
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    host: str = "127.0.0.1"
+    port: int = 8000
+    # Seconds a GetModelInfo or health call may take before the verifier counts as unavailable.
+    verifier_timeout_s: float = 5.0
+    model_info_attempts: int = 3
+
+    def __post_init__(self) -> None:
+        if not self.verifier_addresses:
+            raise ValueError("at least one verifier address is required")
+        if self.max_body_bytes < 1:
+            raise ValueError("max_body_bytes must be positive")
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name or self.model_path.name
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"

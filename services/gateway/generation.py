@@ -1,0 +1,114 @@
+"""One choice's generation: verifier chunks in, text deltas and a final `ChoiceEnd` out.
+
+Tokens go through the incremental detokenizer, then the stop-string matcher. A stop token (the
+request's stop_token_ids, or EOS unless ignore_eos) ends the generation and adds no text, though it
+counts as a completion token. A stop string ends it early: the gRPC call is cancelled (closing the
+chunk iterator does that), and the figures the verifier would have sent at the end are unknown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Protocol
+
+from opentelemetry.context import Context
+from tokenizers import Tokenizer
+
+from treespec.gateway.detokenizer import IncrementalDetokenizer
+from treespec.gateway.stop_strings import StopStringMatcher
+from treespec.gateway.verifier_client import verifier_unavailable
+from treespec.v1 import verifier_pb2
+
+_FINISH_REASONS = {verifier_pb2.FINISH_REASON_STOP: "stop", verifier_pb2.FINISH_REASON_LENGTH: "length"}
+
+
+@dataclass(frozen=True)
+class SpecFigures:
+    """Speculation figures of one choice (the verifier's SpeculationStats)."""
+
+    verify_steps: int
+    drafted_tokens: int
+    accepted_tokens: int
+    committed_tokens: int
+
+    @classmethod
+    def from_proto(cls, stats: verifier_pb2.SpeculationStats) -> SpecFigures:
+        return cls(stats.verify_steps, stats.drafted_tokens, stats.accepted_tokens, stats.committed_tokens)
+
+    @property
+    def acceptance_length(self) -> float:
+        return self.committed_tokens / self.verify_steps if self.verify_steps else 0.0
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    index: int
+    text: str
+
+
+@dataclass(frozen=True)
+class ChoiceEnd:
+    index: int
+    finish_reason: str  # "stop" or "length"
+    completion_tokens: int
+    spec: SpecFigures | None  # None when a stop string cut the generation short
+
+
+Event = TextDelta | ChoiceEnd
+
+
+@dataclass(frozen=True)
+class ChoiceJob:
+    """One Generate call: a choice of one prompt."""
+
+    index: int
+    request: verifier_pb2.GenerateRequest
+    stop_strings: tuple[str, ...]
+    end_token_ids: frozenset[int]  # tokens that end the generation without adding text
+
+
+class ChunkSource(Protocol):
+    """What a choice needs of the verifier (VerifierClient; a fake in tests)."""
+
+    def generate(
+        self, request: verifier_pb2.GenerateRequest, trace_context: Context | None = None
+    ) -> AsyncGenerator[verifier_pb2.GenerateChunk, None]: ...
+
+
+async def run_choice(
+    client: ChunkSource, tokenizer: Tokenizer, job: ChoiceJob, trace_context: Context | None = None
+) -> AsyncGenerator[Event, None]:
+    prompt_ids = job.request.prompt_token_ids
+    detokenizer = IncrementalDetokenizer(tokenizer, prompt_ids)
+    stops = StopStringMatcher(job.stop_strings)
+    count = 0
+    async with aclosing(client.generate(job.request, trace_context)) as chunks:
+        async for chunk in chunks:
+            for token in chunk.token_ids:
+                count += 1
+                if token in job.end_token_ids:
+                    continue
+                check = stops.push(detokenizer.step(token))
+                if check.text:
+                    yield TextDelta(job.index, check.text)
+                if check.stopped:
+                    yield ChoiceEnd(job.index, "stop", count, None)
+                    return
+            if chunk.finish_reason != verifier_pb2.FINISH_REASON_UNSPECIFIED:
+                tail = stops.flush()
+                if tail:
+                    yield TextDelta(job.index, tail)
+                yield _choice_end(job.index, chunk, count)
+                return
+    raise verifier_unavailable("the generation stream ended without a finish reason")
+
+
+def _choice_end(index: int, chunk: verifier_pb2.GenerateChunk, count: int) -> ChoiceEnd:
+    reason = _FINISH_REASONS.get(chunk.finish_reason)
+    if reason is None:
+        raise verifier_unavailable("the request was aborted (the model server is shutting down)")
+    completion_tokens = chunk.usage.completion_tokens if chunk.HasField("usage") else count
+    spec = SpecFigures.from_proto(chunk.speculation) if chunk.HasField("speculation") else None
+    return ChoiceEnd(index, reason, completion_tokens, spec)

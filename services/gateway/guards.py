@@ -1,0 +1,76 @@
+"""What every /v1 request must carry, checked before routing (so before the body is read): the API
+key when keys are configured (401 otherwise), a declared body size within the limit (413), and a
+JSON body on POST (415 otherwise). /health and /metrics stay open."""
+
+from __future__ import annotations
+
+import email.message
+import secrets
+from collections.abc import Sequence
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from treespec.gateway.errors import APIError
+
+API_PREFIX = "/v1/"
+
+
+class RequestGuard:
+    def __init__(self, app: ASGIApp, api_keys: Sequence[str], max_body_bytes: int) -> None:
+        self.app = app
+        self.api_keys = tuple(key.encode() for key in api_keys)
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(API_PREFIX):
+            error = self._refusal(scope)
+            if error is not None:
+                await error.response()(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _refusal(self, scope: Scope) -> APIError | None:
+        headers = Headers(scope=scope)
+        if self.api_keys and not self._authorized(headers.get("authorization", "")):
+            return APIError(
+                401,
+                "Incorrect or missing API key. Pass it as 'Authorization: Bearer <key>'.",
+                code="invalid_api_key",
+            )
+        if _declared_length(headers) > self.max_body_bytes:
+            # A body without a length (chunked) is counted as it arrives, by FastAPI's own limit.
+            message = f"The request body is larger than {self.max_body_bytes} bytes."
+            return APIError(413, message, code="request_too_large")
+        content_type = headers.get("content-type")
+        if scope["method"] == "POST" and content_type is not None and not _is_json(content_type):
+            return APIError(
+                415,
+                f"Content-Type must be application/json (got '{content_type}').",
+                code="unsupported_media_type",
+            )
+        return None
+
+    def _authorized(self, authorization: str) -> bool:
+        scheme, _, key = authorization.partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        given = key.strip().encode()
+        # compare_digest against every key: the time taken tells nothing about which key matched
+        return sum(secrets.compare_digest(given, expected) for expected in self.api_keys) > 0
+
+
+def _declared_length(headers: Headers) -> int:
+    try:
+        return int(headers.get("content-length", "0"))
+    except ValueError:
+        return 0
+
+
+def _is_json(content_type: str) -> bool:
+    message = email.message.Message()
+    message["content-type"] = content_type
+    subtype = message.get_content_subtype()
+    return message.get_content_maintype() == "application" and (
+        subtype == "json" or subtype.endswith("+json")
+    )

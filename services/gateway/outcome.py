@@ -1,0 +1,66 @@
+"""What a request produced, gathered from its events: texts, finish reasons, usage, figures."""
+
+from __future__ import annotations
+
+from treespec.gateway.generation import ChoiceEnd, Event, SpecFigures, TextDelta
+from treespec.gateway.responses import MetaInfo, Usage
+
+
+class Outcome:
+    def __init__(self, num_choices: int, prompt_tokens: int) -> None:
+        self.prompt_tokens = prompt_tokens  # every prompt once, however many choices it has
+        self._texts: list[list[str]] = [[] for _ in range(num_choices)]
+        self._ends: dict[int, ChoiceEnd] = {}
+
+    def add(self, event: Event) -> None:
+        if isinstance(event, TextDelta):
+            self._texts[event.index].append(event.text)
+        else:
+            self._ends[event.index] = event
+
+    def text(self, index: int) -> str:
+        return "".join(self._texts[index])
+
+    def finish_reason(self, index: int) -> str:
+        return self._ends[index].finish_reason
+
+    @property
+    def finish_reasons(self) -> list[str]:
+        return [self._ends[i].finish_reason for i in sorted(self._ends)]
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(end.completion_tokens for end in self._ends.values())
+
+    @property
+    def usage(self) -> Usage:
+        return Usage.of(self.prompt_tokens, self.completion_tokens)
+
+    @property
+    def spec(self) -> SpecFigures | None:
+        """The figures summed over the choices; None when any choice's are unknown."""
+        figures = [end.spec for end in self._ends.values()]
+        if not figures or any(f is None for f in figures):
+            return None
+        known = [f for f in figures if f is not None]
+        return SpecFigures(
+            verify_steps=sum(f.verify_steps for f in known),
+            drafted_tokens=sum(f.drafted_tokens for f in known),
+            accepted_tokens=sum(f.accepted_tokens for f in known),
+            committed_tokens=sum(f.committed_tokens for f in known),
+        )
+
+    @property
+    def meta_info(self) -> MetaInfo | None:
+        return meta_info(self.spec)
+
+
+def meta_info(spec: SpecFigures | None) -> MetaInfo | None:
+    if spec is None:
+        return None
+    return MetaInfo(
+        spec_verify_steps=spec.verify_steps,
+        spec_accept_length=spec.acceptance_length,
+        spec_accepted_tokens=spec.accepted_tokens,
+        spec_drafted_tokens=spec.drafted_tokens,
+    )

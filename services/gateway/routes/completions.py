@@ -1,0 +1,82 @@
+"""POST /v1/completions: text or token-id prompts (one or a batch), whole or streamed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+
+from treespec.gateway.disconnect import cancel_on_disconnect
+from treespec.gateway.errors import APIError
+from treespec.gateway.generation import Event, TextDelta
+from treespec.gateway.outcome import meta_info
+from treespec.gateway.responses import Completion, CompletionChoice, MetaInfo
+from treespec.gateway.run import GenerationRun
+from treespec.gateway.schemas import CompletionRequest
+from treespec.gateway.sse import DONE, event_stream, primed, sse_chunk, sse_error
+from treespec.gateway.state import GatewayState, gateway_state
+from treespec.gateway.tokenizer import PromptTokenizer
+
+router = APIRouter()
+
+
+@router.post("/v1/completions", response_model=None)
+async def completions(
+    body: CompletionRequest, request: Request, state: Annotated[GatewayState, Depends(gateway_state)]
+) -> Response:
+    state.check_model(body.model)
+    prompts = await asyncio.to_thread(_tokenize, state.tokenizer, body.prompts)
+    run = await GenerationRun.start(state, body, prompts, body.token_limit, "text_completion", "cmpl")
+    if body.stream:
+        events = await cancel_on_disconnect(request, primed(run.events()))
+        return event_stream(_stream(run, events, body.include_usage))
+    outcome = await cancel_on_disconnect(request, run.collect())
+    response = Completion(
+        id=run.id,
+        created=run.created,
+        model=run.model,
+        choices=[
+            CompletionChoice(
+                index=job.index, text=outcome.text(job.index), finish_reason=outcome.finish_reason(job.index)
+            )
+            for job in run.jobs
+        ],
+        usage=outcome.usage,
+        meta_info=outcome.meta_info,
+    )
+    return JSONResponse(response.model_dump(mode="json"))
+
+
+def _tokenize(tokenizer: PromptTokenizer, prompts: list[str | list[int]]) -> list[list[int]]:
+    return [tokenizer.text_prompt(p) if isinstance(p, str) else p for p in prompts]
+
+
+async def _stream(
+    run: GenerationRun, events: AsyncGenerator[Event, None], include_usage: bool
+) -> AsyncIterator[bytes]:
+    def chunk(choice: CompletionChoice, meta: MetaInfo | None = None) -> bytes:
+        return sse_chunk(
+            Completion(id=run.id, created=run.created, model=run.model, choices=[choice], meta_info=meta)
+        )
+
+    try:
+        async for event in events:
+            if isinstance(event, TextDelta):
+                yield chunk(CompletionChoice(index=event.index, text=event.text))
+            else:
+                choice = CompletionChoice(index=event.index, text="", finish_reason=event.finish_reason)
+                yield chunk(choice, meta_info(event.spec))
+    except APIError as error:
+        yield sse_error(error)
+        yield DONE
+        return
+    finally:
+        await events.aclose()
+    if include_usage:
+        yield sse_chunk(
+            Completion(id=run.id, created=run.created, model=run.model, choices=[], usage=run.outcome.usage)
+        )
+    yield DONE

@@ -1,0 +1,63 @@
+"""One generation request in flight: its choices' Generate calls, merged, observed, gathered."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass
+
+from treespec.gateway.fanout import merge
+from treespec.gateway.generation import ChoiceJob, Event, run_choice
+from treespec.gateway.observation import Observation
+from treespec.gateway.outcome import Outcome
+from treespec.gateway.sampling import check_prompt, choice_jobs
+from treespec.gateway.schemas import SamplingFields
+from treespec.gateway.state import GatewayState
+
+
+@dataclass(frozen=True)
+class GenerationRun:
+    id: str
+    created: int
+    model: str
+    jobs: list[ChoiceJob]
+    outcome: Outcome
+    observation: Observation
+    state: GatewayState
+
+    @classmethod
+    async def start(
+        cls,
+        state: GatewayState,
+        body: SamplingFields,
+        prompts: Sequence[list[int]],
+        token_limit: int | None,
+        operation: str,
+        id_prefix: str,
+    ) -> GenerationRun:
+        """Check the prompts against the model (context length, vocabulary), plan the choices.
+        Nothing is sent to the verifier until `events` is iterated."""
+        info = await state.verifier.model_info()
+        for prompt_ids in prompts:
+            check_prompt(prompt_ids, info, "messages" if operation == "chat" else "prompt")
+        response_id = f"{id_prefix}-{uuid.uuid4().hex}"
+        jobs = choice_jobs(body, prompts, token_limit, info, response_id)
+        outcome = Outcome(len(jobs), sum(len(p) for p in prompts))
+        observation = Observation(state.metrics, state.tracer, operation, body, token_limit, response_id)
+        return cls(response_id, int(time.time()), body.model, jobs, outcome, observation, state)
+
+    def events(self) -> AsyncGenerator[Event, None]:
+        """Every choice's events in arrival order; iterate once, to the end or until closed."""
+        tokenizer = self.state.tokenizer.backend
+        context = self.observation.trace_context
+        sources = [run_choice(self.state.verifier, tokenizer, job, context) for job in self.jobs]
+        return self.observation.observe(merge(sources), self.outcome)
+
+    async def collect(self) -> Outcome:
+        """Run to the end (non-streaming responses)."""
+        async with aclosing(self.events()) as events:
+            async for _ in events:
+                pass
+        return self.outcome

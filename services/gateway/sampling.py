@@ -1,0 +1,93 @@
+"""From an API request to the verifier's GenerateRequests: one per choice, with derived seeds."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from treespec.gateway.errors import APIError
+from treespec.gateway.generation import ChoiceJob
+from treespec.gateway.schemas import SamplingFields
+from treespec.gateway.verifier_client import ModelInfo
+from treespec.v1 import verifier_pb2
+
+_INT64 = 1 << 64
+
+
+def derive_seed(seed: int, index: int) -> int:
+    """Choice `index`'s seed: distinct per choice, `seed` itself for the first, within int64."""
+    wrapped = (seed + index) % _INT64
+    return wrapped - _INT64 if wrapped >= _INT64 // 2 else wrapped
+
+
+def check_prompt(prompt_ids: Sequence[int], info: ModelInfo, param: str) -> None:
+    """Refuse what the verifier cannot take: an empty prompt, unknown ids, no room to generate."""
+    if not prompt_ids:
+        raise APIError(400, "The prompt must not be empty.", code="invalid_value", param=param)
+    if max(prompt_ids) >= info.vocab_size > 0:
+        message = f"Token ids must be below the vocabulary size {info.vocab_size}."
+        raise APIError(400, message, code="invalid_value", param=param)
+    if len(prompt_ids) >= info.context_length:
+        raise APIError(
+            400,
+            f"This model's maximum context length is {info.context_length} tokens. However, your "
+            f"prompt has {len(prompt_ids)} tokens. Please reduce the length of the prompt.",
+            code="context_length_exceeded",
+            param=param,
+        )
+
+
+def choice_jobs(
+    body: SamplingFields,
+    prompts: Sequence[list[int]],
+    token_limit: int | None,
+    info: ModelInfo,
+    request_id: str,
+) -> list[ChoiceJob]:
+    """`n` jobs per prompt, indexed prompt by prompt (OpenAI's order for batched prompts)."""
+    end_ids = frozenset(body.stop_token_ids or ()) | (
+        frozenset() if body.ignore_eos else frozenset(info.eos_token_ids)
+    )
+    jobs = []
+    for p, prompt_ids in enumerate(prompts):
+        max_new = _max_new_tokens(token_limit, len(prompt_ids), info.context_length)
+        for i in range(body.n):
+            index = p * body.n + i
+            request = verifier_pb2.GenerateRequest(
+                request_id=f"{request_id}-{index}",
+                prompt_token_ids=prompt_ids,
+                sampling=sampling_params(body, max_new, index),
+                speculation=speculation_params(body),
+            )
+            jobs.append(ChoiceJob(index, request, body.stop_strings, end_ids))
+    return jobs
+
+
+def sampling_params(body: SamplingFields, max_new_tokens: int, index: int) -> verifier_pb2.SamplingParams:
+    params = verifier_pb2.SamplingParams(
+        max_new_tokens=max_new_tokens, stop_token_ids=body.stop_token_ids or (), ignore_eos=body.ignore_eos
+    )
+    if body.temperature is not None:
+        params.temperature = body.temperature
+    if body.top_p is not None:
+        params.top_p = body.top_p
+    if body.top_k is not None:
+        params.top_k = body.top_k
+    if body.min_p is not None:
+        params.min_p = body.min_p
+    if body.seed is not None:
+        params.seed = derive_seed(body.seed, index)
+    return params
+
+
+def speculation_params(body: SamplingFields) -> verifier_pb2.SpeculationParams:
+    options = body.speculation
+    if options is None:
+        return verifier_pb2.SpeculationParams()
+    fields = options.model_dump(exclude_none=True)
+    return verifier_pb2.SpeculationParams(**fields)
+
+
+def _max_new_tokens(token_limit: int | None, prompt_len: int, context_length: int) -> int:
+    """The request's limit, within what the context leaves (the verifier stops there anyway)."""
+    room = context_length - prompt_len  # >= 1: check_prompt refused longer prompts
+    return room if token_limit is None else min(token_limit, room)

@@ -1,0 +1,222 @@
+"""OpenAI request bodies for /v1/chat/completions and /v1/completions (pydantic v2, strict).
+
+Unknown fields are refused (OpenAI: "Unrecognized request argument supplied"); fields that OpenAI
+knows but treespec does not implement (tools, logprobs, penalties, ...) are accepted only at their
+neutral value, else refused as unsupported. Extensions after vLLM and SGLang: top_k, min_p,
+ignore_eos, stop_token_ids, and a per-request `speculation` object.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+MAX_N = 8
+MAX_STOP_STRINGS = 4
+MAX_STOP_TOKEN_IDS = 64
+MAX_PROMPTS = 16  # prompts in one /v1/completions batch
+MAX_CHOICES = 32  # prompts x n: the Generate calls one request may open
+MAX_TOKENS_LIMIT = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+TOKEN_ID_MAX = 2**32 - 1
+DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+
+TokenId = Annotated[int, Field(ge=0, le=TOKEN_ID_MAX)]
+StopList = Annotated[list[str], Field(max_length=MAX_STOP_STRINGS)]
+
+# Values that mean "feature off" for the OpenAI fields treespec does not implement.
+_NEUTRAL: tuple[Any, ...] = (None, False, 0, "", [], {}, "none", "auto", {"type": "text"}, ["text"])
+_STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+def _unsupported(value: Any, info: ValidationInfo) -> Any:
+    if value in _NEUTRAL:  # == comparison: 0.0 and False count as 0
+        return value
+    raise PydanticCustomError(
+        "unsupported_parameter", "'{name}' is not supported by this server", {"name": info.field_name}
+    )
+
+
+class StreamOptions(BaseModel):
+    model_config = _STRICT
+    include_usage: bool = False
+
+
+class SpeculationOptions(BaseModel):
+    """Per-request speculation settings (SGLang's names); absent fields take the verifier's."""
+
+    model_config = _STRICT
+    enabled: bool | None = None
+    num_steps: int | None = Field(default=None, ge=1, le=64)
+    eagle_topk: int | None = Field(default=None, ge=1, le=64)
+    num_draft_tokens: int | None = Field(default=None, ge=1, le=1024)
+
+
+class SamplingFields(BaseModel):
+    """Fields common to both endpoints."""
+
+    model_config = _STRICT
+    model: str = Field(min_length=1)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    n: int = Field(default=1, ge=1, le=MAX_N)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: str | StopList | None = None
+    seed: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
+    user: str | None = None
+    # Extensions (vLLM / SGLang).
+    top_k: int | None = Field(default=None, ge=-1, le=2**31 - 1)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    ignore_eos: bool = False
+    stop_token_ids: list[TokenId] | None = Field(default=None, max_length=MAX_STOP_TOKEN_IDS)
+    speculation: SpeculationOptions | None = None
+    # Known to OpenAI, not implemented: accepted at their neutral value only.
+    presence_penalty: Any = None
+    frequency_penalty: Any = None
+    logit_bias: Any = None
+
+    _check_unsupported = field_validator("presence_penalty", "frequency_penalty", "logit_bias")(_unsupported)
+
+    @model_validator(mode="after")
+    def _stream_options_need_stream(self) -> SamplingFields:
+        if self.stream_options is not None and not self.stream:
+            raise PydanticCustomError(
+                "stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled."
+            )
+        return self
+
+    @property
+    def stop_strings(self) -> tuple[str, ...]:
+        stops = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
+        return tuple(s for s in stops if s)
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+
+class TextPart(BaseModel):
+    model_config = _STRICT
+    type: str
+    text: str
+
+    @field_validator("type")
+    @classmethod
+    def _text_only(cls, value: str) -> str:
+        if value != "text":
+            raise PydanticCustomError(
+                "unsupported_parameter",
+                "only text content parts are supported (got '{kind}')",
+                {"kind": value},
+            )
+        return value
+
+
+class ChatMessage(BaseModel):
+    model_config = _STRICT
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart]
+    name: str | None = None
+
+    @property
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+    def template_message(self) -> dict[str, str]:
+        """The message as chat templates expect it ("developer" is OpenAI's new name for "system")."""
+        role = "system" if self.role == "developer" else self.role
+        return {"role": role, "content": self.text}
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
+    # Accepted and ignored.
+    metadata: dict[str, str] | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+    parallel_tool_calls: bool | None = None
+    # Not implemented.
+    logprobs: Any = None
+    top_logprobs: Any = None
+    tools: Any = None
+    tool_choice: Any = None
+    functions: Any = None
+    function_call: Any = None
+    response_format: Any = None
+    modalities: Any = None
+    audio: Any = None
+    prediction: Any = None
+
+    _check_chat_unsupported = field_validator(
+        "logprobs",
+        "top_logprobs",
+        "tools",
+        "tool_choice",
+        "functions",
+        "function_call",
+        "response_format",
+        "modalities",
+        "audio",
+        "prediction",
+    )(_unsupported)
+
+    @property
+    def token_limit(self) -> int | None:
+        """Tokens to generate at most; None: up to the context length."""
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+Prompt = str | list[str] | list[TokenId] | list[list[TokenId]]
+
+
+class CompletionRequest(SamplingFields):
+    prompt: Prompt
+    best_of: int | None = Field(default=None, ge=1, le=MAX_N)
+    # Not implemented.
+    logprobs: Any = None
+    echo: Any = None
+    suffix: Any = None
+
+    _check_completion_unsupported = field_validator("logprobs", "echo", "suffix")(_unsupported)
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_not_empty(cls, value: Prompt) -> Prompt:
+        if isinstance(value, list):
+            if not value or any(isinstance(item, list | str) and not item for item in value):
+                raise ValueError("the prompt must not be empty")
+            if len(value) > MAX_PROMPTS and not isinstance(value[0], int):
+                raise ValueError(f"at most {MAX_PROMPTS} prompts per request")
+        return value
+
+    @model_validator(mode="after")
+    def _best_of_is_n(self) -> CompletionRequest:
+        if self.best_of is not None and self.best_of != self.n:
+            raise PydanticCustomError("unsupported_parameter", "'best_of' other than 'n' is not supported")
+        return self
+
+    @model_validator(mode="after")
+    def _choices_within_limit(self) -> CompletionRequest:
+        if len(self.prompts) * self.n > MAX_CHOICES:
+            raise ValueError(f"at most {MAX_CHOICES} choices (prompts times n) per request")
+        return self
+
+    @property
+    def token_limit(self) -> int:
+        return self.max_tokens if self.max_tokens is not None else DEFAULT_COMPLETION_MAX_TOKENS
+
+    @property
+    def prompts(self) -> list[str | list[int]]:
+        """The batch: one string or token-id list per prompt."""
+        if isinstance(self.prompt, str):
+            return [self.prompt]
+        if all(isinstance(item, int) for item in self.prompt):
+            return [list(self.prompt)]  # type: ignore[arg-type]
+        return list(self.prompt)  # type: ignore[arg-type]

@@ -1,0 +1,38 @@
+"""What the routes share, kept on `app.state.gateway` (no globals): built by the app's lifespan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastapi import Request
+from opentelemetry.trace import Tracer
+
+from treespec.gateway.config import GatewayConfig
+from treespec.gateway.errors import APIError
+from treespec.gateway.metrics import GatewayMetrics
+from treespec.gateway.tokenizer import PromptTokenizer
+from treespec.gateway.verifier_client import VerifierClient
+
+
+@dataclass(frozen=True)
+class GatewayState:
+    config: GatewayConfig
+    tokenizer: PromptTokenizer
+    verifier: VerifierClient
+    metrics: GatewayMetrics
+    tracer: Tracer
+
+    def check_model(self, model: str) -> None:
+        if model != self.config.model_name:
+            raise APIError(
+                404,
+                f"The model `{model}` does not exist or you do not have access to it.",
+                code="model_not_found",
+                param="model",
+            )
+
+
+def gateway_state(request: Request) -> GatewayState:
+    """FastAPI dependency: the app's shared state."""
+    state: GatewayState = request.app.state.gateway
+    return state

@@ -1,0 +1,55 @@
+"""Stop strings over streamed text: cut at the first stop string, hold back what could start one.
+
+Text that might be the beginning of a stop string is held until the next piece decides it, so
+that nothing of a stop string is ever sent, even when it is split across tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StopCheck:
+    text: str  # safe to send now
+    stopped: bool  # a stop string was found: `text` ends right before it, generation is over
+
+
+class StopStringMatcher:
+    def __init__(self, stops: Sequence[str]) -> None:
+        self._stops = tuple(s for s in stops if s)
+        self._held = ""
+        self.stopped = False
+
+    def push(self, text: str) -> StopCheck:
+        """Add the next piece of text; return what may be sent."""
+        if self.stopped:
+            return StopCheck("", True)
+        buffer = self._held + text
+        cut = self._first_stop(buffer)
+        if cut is not None:
+            self._held, self.stopped = "", True
+            return StopCheck(buffer[:cut], True)
+        keep = self._partial_stop_length(buffer)
+        self._held = buffer[len(buffer) - keep :]
+        return StopCheck(buffer[: len(buffer) - keep], False)
+
+    def flush(self) -> str:
+        """The text held back, at the end of generation (it turned out not to be a stop string)."""
+        held, self._held = self._held, ""
+        return held
+
+    def _first_stop(self, buffer: str) -> int | None:
+        found = [i for i in (buffer.find(stop) for stop in self._stops) if i >= 0]
+        return min(found) if found else None
+
+    def _partial_stop_length(self, buffer: str) -> int:
+        """Length of the longest end of `buffer` that is a proper prefix of some stop string."""
+        longest = 0
+        for stop in self._stops:
+            for size in range(min(len(stop) - 1, len(buffer)), longest, -1):
+                if buffer.endswith(stop[:size]):
+                    longest = size
+                    break
+        return longest

@@ -1,0 +1,37 @@
+"""Prompts to token ids with the served model's own tokenizer and chat template (transformers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+import transformers
+from tokenizers import Tokenizer
+
+from treespec.gateway.errors import APIError
+
+
+class PromptTokenizer:
+    def __init__(self, model_path: Path) -> None:
+        self._hf = transformers.AutoTokenizer.from_pretrained(model_path)
+
+    @property
+    def backend(self) -> Tokenizer:
+        """The `tokenizers` tokenizer underneath (what DecodeStream decodes with)."""
+        backend: Tokenizer = self._hf.backend_tokenizer
+        return backend
+
+    def chat_prompt(self, messages: list[dict[str, str]]) -> list[int]:
+        """The chat template applied to `messages`, ending with the assistant's turn opened."""
+        try:
+            text = self._hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        except (jinja2.TemplateError, ValueError) as exc:
+            raise APIError(400, f"The chat template refused the messages: {exc}", param="messages") from exc
+        # The template wrote the special tokens (BOS and all) itself.
+        return list(self._hf.encode(str(text), add_special_tokens=False))
+
+    def text_prompt(self, text: str) -> list[int]:
+        return list(self._hf.encode(text))
+
+    def decode(self, token_ids: list[int]) -> str:
+        return str(self._hf.decode(token_ids, skip_special_tokens=True))

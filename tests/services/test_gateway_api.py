@@ -1,0 +1,456 @@
+"""The OpenAI gateway against a real verifier (`treespec verifier`, SmolLM2-135M on CPU, random
+drafts), both as child processes, driven with the official `openai` client and with httpx."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import openai
+import pytest
+from fastapi.testclient import TestClient
+from openai.types.chat import ChatCompletionMessageParam
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import CollectorRegistry
+
+from tests.services.gateway_stack import Service, free_port, healthy, start_gateway, start_verifier
+from treespec.gateway.app import create_app
+from treespec.gateway.config import GatewayConfig
+from treespec.gateway.tokenizer import PromptTokenizer
+from treespec.shared.model.store import models_dir, resolve_model_path
+from treespec.v1 import verifier_pb2, verifier_pb2_grpc
+
+pytestmark = pytest.mark.slow
+
+KEY = "sk-treespec-test"
+MODEL = "SmolLM2-135M-Instruct"
+HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello."}]
+COUNTING = "1, 2, 3, 4,"
+
+
+@pytest.fixture(scope="module")
+def model_path() -> Path:
+    return resolve_model_path(None, models_dir())
+
+
+@pytest.fixture(scope="module")
+def verifier(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    port = free_port()
+    service = start_verifier(model_path, port, tmp_path_factory.mktemp("verifier"))
+    yield port
+    service.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(
+    model_path: Path, verifier: int, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Service]]:
+    port = free_port()
+    service = start_gateway(model_path, verifier, port, tmp_path_factory.mktemp("gateway"), (KEY,))
+    url = f"http://127.0.0.1:{port}"
+    service.wait_until(lambda: healthy(url), timeout_s=60)
+    yield url, service
+    service.stop()
+
+
+@pytest.fixture(scope="module")
+def url(gateway: tuple[str, Service]) -> str:
+    return gateway[0]
+
+
+@pytest.fixture(scope="module")
+def client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def http(url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=120) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def tokenizer(model_path: Path) -> PromptTokenizer:
+    return PromptTokenizer(model_path)
+
+
+def _extra(obj: Any, name: str) -> Any:
+    return (obj.model_extra or {}).get(name)
+
+
+# -- the API, through the official client ----------------------------------------------------------
+
+
+def test_models(client: openai.OpenAI) -> None:
+    (model,) = client.models.list().data
+    assert model.id == MODEL and model.object == "model"
+
+
+def test_chat_non_streaming(client: openai.OpenAI, tokenizer: PromptTokenizer) -> None:
+    reply = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=8, temperature=0)
+    choice = reply.choices[0]
+    assert reply.object == "chat.completion" and reply.id.startswith("chatcmpl-")
+    assert choice.message.role == "assistant" and choice.message.content
+    assert choice.finish_reason in ("stop", "length")
+    usage = reply.usage
+    assert usage is not None
+    assert usage.prompt_tokens == len(tokenizer.chat_prompt([{"role": "user", "content": "Say hello."}]))
+    assert 1 <= usage.completion_tokens <= 8
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    meta = _extra(reply, "meta_info")
+    assert meta["spec_verify_steps"] >= 1 and meta["spec_drafted_tokens"] > 0  # random drafts
+    assert meta["spec_accept_length"] >= 1.0
+
+
+def test_chat_streaming_matches_non_streaming(client: openai.OpenAI) -> None:
+    whole = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=10, temperature=0)
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=HI,
+        max_tokens=10,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    finals = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert text == whole.choices[0].message.content  # greedy, lossless, same detokenization
+    assert len(finals) == 1 and finals[0].choices[0].finish_reason == whole.choices[0].finish_reason
+    assert _extra(finals[0], "meta_info")["spec_verify_steps"] >= 1
+    usage_chunk = chunks[-1]
+    assert usage_chunk.choices == [] and usage_chunk.usage == whole.usage
+
+
+def test_completions_text_and_token_prompts_agree(client: openai.OpenAI, tokenizer: PromptTokenizer) -> None:
+    by_text = client.completions.create(model=MODEL, prompt=COUNTING, max_tokens=8, temperature=0)
+    ids = tokenizer.text_prompt(COUNTING)
+    by_ids = client.completions.create(model=MODEL, prompt=ids, max_tokens=8, temperature=0)
+    assert by_text.object == "text_completion"
+    assert by_text.choices[0].text == by_ids.choices[0].text
+    assert by_text.choices[0].text.startswith(" 5, 6")
+    assert by_text.usage is not None and by_text.usage.prompt_tokens == len(ids)
+
+
+def test_completions_streaming(client: openai.OpenAI) -> None:
+    whole = client.completions.create(model=MODEL, prompt=COUNTING, max_tokens=6, temperature=0)
+    stream = client.completions.create(
+        model=MODEL,
+        prompt=COUNTING,
+        max_tokens=6,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
+    assert chunks[-1].usage == whole.usage
+
+
+def test_stop_strings_cut_the_output(client: openai.OpenAI) -> None:
+    full = client.completions.create(model=MODEL, prompt=COUNTING, max_tokens=12, temperature=0).choices[0]
+    stop = full.text[6:9]  # a piece from the middle, which may span tokens
+    cut = client.completions.create(
+        model=MODEL, prompt=COUNTING, max_tokens=12, temperature=0, stop=[stop, "zzz"]
+    )
+    assert cut.choices[0].text == full.text[: full.text.index(stop)]
+    assert cut.choices[0].finish_reason == "stop"
+    assert cut.usage is not None and cut.usage.completion_tokens < 12
+    streamed = client.completions.create(
+        model=MODEL, prompt=COUNTING, max_tokens=12, temperature=0, stop=stop, stream=True
+    )
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == cut.choices[0].text
+
+
+def test_max_tokens_is_exact(client: openai.OpenAI) -> None:
+    reply = client.completions.create(
+        model=MODEL, prompt="Once upon a time", max_tokens=5, temperature=0, extra_body={"ignore_eos": True}
+    )
+    assert reply.choices[0].finish_reason == "length"
+    assert reply.usage is not None and reply.usage.completion_tokens == 5
+
+
+def test_seed_reproduces_and_n_gives_distinct_choices(client: openai.OpenAI) -> None:
+    # Plain decoding: with random drafts, which random numbers a seeded request draws depends on the drafts.
+    plain = {"speculation": {"enabled": False}}
+    story: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Tell me a story."}]
+    kwargs: dict[str, Any] = dict(
+        model=MODEL, messages=story, max_tokens=10, temperature=1.0, extra_body=plain
+    )
+    first = client.chat.completions.create(seed=1234, **kwargs)
+    again = client.chat.completions.create(seed=1234, **kwargs)
+    assert first.choices[0].message.content == again.choices[0].message.content
+    several = client.chat.completions.create(seed=1234, n=3, **kwargs)
+    assert [c.index for c in several.choices] == [0, 1, 2]
+    assert several.choices[0].message.content == first.choices[0].message.content  # choice 0: the seed itself
+    assert len({c.message.content for c in several.choices}) > 1
+    assert several.usage is not None and first.usage is not None
+    assert several.usage.prompt_tokens == first.usage.prompt_tokens  # the prompt counts once
+    assert several.usage.total_tokens == several.usage.prompt_tokens + several.usage.completion_tokens
+
+
+def test_batched_prompts(client: openai.OpenAI) -> None:
+    reply = client.completions.create(
+        model=MODEL, prompt=["The sky is", COUNTING], max_tokens=3, temperature=0, n=2
+    )
+    assert [c.index for c in reply.choices] == [0, 1, 2, 3]
+    assert reply.choices[0].text == reply.choices[1].text and reply.choices[2].text == reply.choices[3].text
+
+
+def test_the_verifier_s_own_refusals_are_400(client: openai.OpenAI) -> None:
+    too_big = {"speculation": {"num_draft_tokens": 1000}}
+    for stream in (False, True):
+        with pytest.raises(openai.BadRequestError, match="num_draft_tokens"):
+            client.completions.create(
+                model=MODEL, prompt="x", max_tokens=2, stream=stream, extra_body=too_big
+            )
+
+
+def test_client_disconnect_cancels_the_generation(url: str, verifier: int) -> None:
+    body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 4000, "ignore_eos": True}
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60) as c:
+        with c.stream("POST", "/v1/completions", json={**body, "stream": True}) as response:
+            assert response.status_code == 200
+            for i, _ in enumerate(response.iter_lines()):
+                if i > 4:
+                    break
+        assert _verifier_idle(verifier)
+        with pytest.raises(httpx.ReadTimeout):
+            c.post("/v1/completions", json=body, timeout=1.5)
+        assert _verifier_idle(verifier)
+
+
+def _verifier_idle(port: int, timeout_s: float = 10.0) -> bool:
+    async def poll() -> bool:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = verifier_pb2_grpc.VerifierStub(channel)
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                stats = await stub.GetStats(verifier_pb2.GetStatsRequest())
+                if stats.running_requests == 0 and stats.waiting_requests == 0:
+                    return stats.kv_blocks_free == stats.kv_blocks_total
+                await asyncio.sleep(0.1)
+        return False
+
+    return asyncio.run(poll())
+
+
+def test_metrics_expose_requests_and_acceptance(client: openai.OpenAI, http: httpx.Client) -> None:
+    client.chat.completions.create(model=MODEL, messages=HI, max_tokens=4, temperature=0)
+    text = http.get("/metrics").text
+    assert 'treespec_gateway_requests_total{endpoint="/v1/chat/completions",status="200"}' in text
+    for name in (
+        "treespec_gateway_time_to_first_token_seconds_bucket",
+        "treespec_gateway_time_per_output_token_seconds_bucket",
+        "treespec_gateway_e2e_request_latency_seconds_bucket",
+        "treespec_gateway_spec_acceptance_length_bucket",
+        "treespec_gateway_spec_drafted_tokens_total",
+        "treespec_gateway_spec_accepted_tokens_total",
+    ):
+        assert name in text
+
+
+# -- bad input: 4xx with OpenAI's error shape, never a 500 -----------------------------------------
+
+
+def _chat(**fields: Any) -> dict[str, Any]:
+    return {"model": MODEL, "messages": HI, "max_tokens": 2, **fields}
+
+
+def _completion(**fields: Any) -> dict[str, Any]:
+    return {"model": MODEL, "prompt": "hi", "max_tokens": 2, **fields}
+
+
+def _deep(levels: int) -> bytes:
+    return b'{"model": "m", "messages": ' + b"[" * levels + b"]" * levels + b"}"
+
+
+CHAT = "/v1/chat/completions"
+DONE_CASES: dict[str, tuple[str, dict[str, Any], int]] = {
+    # name: (path, httpx keyword arguments, expected status)
+    "huge max_tokens": (CHAT, {"json": _chat(max_tokens=10**30)}, 400),
+    "negative max_tokens": (CHAT, {"json": _chat(max_tokens=-5)}, 400),
+    "max_tokens as a string": (CHAT, {"json": _chat(max_tokens="5")}, 400),
+    "zero max_completion_tokens": (CHAT, {"json": _chat(max_completion_tokens=0)}, 400),
+    "unknown field": (CHAT, {"json": _chat(frobnicate=True)}, 400),
+    "missing messages": (CHAT, {"json": {"model": MODEL}}, 400),
+    "empty messages": (CHAT, {"json": _chat(messages=[])}, 400),
+    "bad role": (CHAT, {"json": _chat(messages=[{"role": "wizard", "content": "x"}])}, 400),
+    "message without content": (CHAT, {"json": _chat(messages=[{"role": "user"}])}, 400),
+    "content of the wrong type": (CHAT, {"json": _chat(messages=[{"role": "user", "content": 42}])}, 400),
+    "image content part": (
+        CHAT,
+        {
+            "json": _chat(
+                messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
+            )
+        },
+        400,
+    ),
+    "n=0": (CHAT, {"json": _chat(n=0)}, 400),
+    "n=100": (CHAT, {"json": _chat(n=100)}, 400),
+    "temperature=-1": (CHAT, {"json": _chat(temperature=-1)}, 400),
+    "temperature as text": (CHAT, {"json": _chat(temperature="hot")}, 400),
+    "top_p=2": (CHAT, {"json": _chat(top_p=2)}, 400),
+    "five stop strings": (CHAT, {"json": _chat(stop=["a", "b", "c", "d", "e"])}, 400),
+    "stop as a number": (CHAT, {"json": _chat(stop=3)}, 400),
+    "unknown model": (CHAT, {"json": _chat(model="gpt-5")}, 404),
+    "missing model": (CHAT, {"json": {"messages": HI}}, 400),
+    "logprobs": (CHAT, {"json": _chat(logprobs=True, top_logprobs=2)}, 400),
+    "tools": (CHAT, {"json": _chat(tools=[{"type": "function", "function": {"name": "f"}}])}, 400),
+    "json schema output": (CHAT, {"json": _chat(response_format={"type": "json_schema"})}, 400),
+    "presence penalty": (CHAT, {"json": _chat(presence_penalty=1.0)}, 400),
+    "stream_options without stream": (CHAT, {"json": _chat(stream_options={"include_usage": True})}, 400),
+    "speculation num_steps=0": (CHAT, {"json": _chat(speculation={"num_steps": 0})}, 400),
+    "speculation unknown key": (CHAT, {"json": _chat(speculation={"depth": 3})}, 400),
+    "seed beyond int64": (CHAT, {"json": _chat(seed=2**64)}, 400),
+    "negative stop token id": (CHAT, {"json": _chat(stop_token_ids=[-1])}, 400),
+    "NaN temperature": (
+        CHAT,
+        {
+            "content": json.dumps(_chat(temperature=float("nan"))),
+            "headers": {"content-type": "application/json"},
+        },
+        400,
+    ),
+    "not JSON": (CHAT, {"content": b"hello there", "headers": {"content-type": "application/json"}}, 400),
+    "JSON array body": (CHAT, {"content": b"[1, 2]", "headers": {"content-type": "application/json"}}, 400),
+    "JSON null body": (CHAT, {"content": b"null", "headers": {"content-type": "application/json"}}, 400),
+    "invalid UTF-8": (
+        CHAT,
+        {
+            "content": b'{"model": "\xff\xfe", "messages": []}',
+            "headers": {"content-type": "application/json"},
+        },
+        400,
+    ),
+    "empty body": (CHAT, {"content": b"", "headers": {"content-type": "application/json"}}, 400),
+    "deeply nested JSON": (
+        CHAT,
+        {"content": _deep(100_000), "headers": {"content-type": "application/json"}},
+        400,
+    ),
+    "form body": (CHAT, {"data": {"model": MODEL}}, 415),
+    "text/plain": (CHAT, {"content": b"{}", "headers": {"content-type": "text/plain"}}, 415),
+    "oversized body": (CHAT, {"json": _chat(user="x" * (2 << 20))}, 413),
+    "oversized chunked body": (
+        CHAT,
+        {
+            "content": iter([b'{"model": "', *([b"a" * 65536] * 40), b'"}']),
+            "headers": {"content-type": "application/json"},
+        },
+        413,
+    ),
+    "missing API key": (CHAT, {"json": _chat(), "headers": {"Authorization": ""}}, 401),
+    "wrong API key": (CHAT, {"json": _chat(), "headers": {"Authorization": "Bearer sk-wrong"}}, 401),
+    "basic auth": (CHAT, {"json": _chat(), "headers": {"Authorization": f"Basic {KEY}"}}, 401),
+    "prompt beyond the context": ("/v1/completions", {"json": _completion(prompt=[1] * 9000)}, 400),
+    "token id beyond the vocabulary": ("/v1/completions", {"json": _completion(prompt=[10**6])}, 400),
+    "negative token id": ("/v1/completions", {"json": _completion(prompt=[-1])}, 400),
+    "empty prompt": ("/v1/completions", {"json": _completion(prompt="")}, 400),
+    "empty prompt list": ("/v1/completions", {"json": _completion(prompt=[])}, 400),
+    "mixed prompt list": ("/v1/completions", {"json": _completion(prompt=[1, "a"])}, 400),
+    "echo": ("/v1/completions", {"json": _completion(echo=True)}, 400),
+    "messages on completions": ("/v1/completions", {"json": _completion(messages=HI)}, 400),
+    "unknown URL": ("/v1/engines", {"json": {}}, 404),
+}
+
+
+@pytest.mark.parametrize("name", list(DONE_CASES))
+def test_bad_requests_get_openai_errors(http: httpx.Client, name: str) -> None:
+    path, kwargs, status = DONE_CASES[name]
+    response = http.post(path, **kwargs)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error" and error["message"]
+    if name == "prompt beyond the context":
+        assert error["code"] == "context_length_exceeded"
+    if name == "unknown model":
+        assert error["code"] == "model_not_found"
+
+
+def test_wrong_method_and_keyless_routes(url: str, http: httpx.Client) -> None:
+    assert http.get(CHAT).status_code == 405
+    assert httpx.get(f"{url}/v1/models").status_code == 401
+    assert httpx.get(f"{url}/health").status_code == 200  # no key needed
+
+
+def test_still_serving_after_the_bad_requests(client: openai.OpenAI, http: httpx.Client) -> None:
+    reply = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=3, temperature=0)
+    assert reply.choices[0].message.content
+    assert 'status="500"' not in http.get("/metrics").text
+
+
+def test_no_server_error_was_logged(gateway: tuple[str, Service]) -> None:
+    log = gateway[1].log.read_text(errors="replace")
+    assert "Traceback" not in log and "unexpected error" not in log
+
+
+# -- no verifier -------------------------------------------------------------------------------------
+
+
+def test_503_when_the_verifier_is_down(model_path: Path, tmp_path: Path) -> None:
+    port = free_port()
+    service = start_gateway(model_path, free_port(), port, tmp_path)  # nothing listens there
+    try:
+        url = f"http://127.0.0.1:{port}"
+        assert httpx.get(f"{url}/health").status_code == 503
+        dead = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=60)
+        with pytest.raises(openai.APIStatusError) as caught:
+            dead.chat.completions.create(model=MODEL, messages=HI, max_tokens=2)
+        assert caught.value.status_code == 503
+        assert dead.models.list().data[0].id == MODEL  # the model list needs no verifier
+    finally:
+        service.stop()
+
+
+# -- in process: the trace continues from the gateway into the verifier -------------------------------
+
+
+def test_genai_span_and_trace_context_reach_the_verifier(model_path: Path, verifier: int) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    registry = CollectorRegistry()
+    config = GatewayConfig(verifier_addresses=(f"127.0.0.1:{verifier}",), model_path=model_path)
+    with TestClient(create_app(config, tracer_provider=provider, registry=registry)) as app:
+        with app.stream("POST", CHAT, json=_chat(max_tokens=3, temperature=0, stream=True)) as stream:
+            assert sum(1 for line in stream.iter_lines() if line.startswith("data:")) >= 4
+        response = app.post(CHAT, json=_chat(max_tokens=3, temperature=0))
+    assert response.status_code == 200, response.text
+    body = response.json()
+    spans = exporter.get_finished_spans()
+    assert not any(span.name.endswith(("http send", "http receive")) for span in spans)  # none per chunk
+    chats = [span for span in spans if span.name == f"chat {MODEL}"]
+    assert len(chats) == 2
+    (chat,) = [span for span in chats if (span.attributes or {}).get("gen_ai.response.id") == body["id"]]
+    attributes = dict(chat.attributes or {})
+    assert attributes["gen_ai.operation.name"] == "chat"
+    assert attributes["gen_ai.system"] == "treespec"
+    assert attributes["gen_ai.request.max_tokens"] == 3
+    assert attributes["gen_ai.usage.output_tokens"] == body["usage"]["completion_tokens"]
+    assert attributes["gen_ai.response.finish_reasons"] == (body["choices"][0]["finish_reason"],)
+    assert "treespec.spec.accept_length" in attributes
+    rpcs = [span for span in spans if span.name == "/treespec.v1.Verifier/Generate"]
+    assert any(rpc.parent is not None and rpc.parent.span_id == chat.context.span_id for rpc in rpcs)
+    generated = sum(span.attributes["gen_ai.usage.output_tokens"] for span in chats)  # type: ignore[index, misc]
+    assert registry.get_sample_value("treespec_gateway_completion_tokens_total") == generated
+
+
+def test_round_robin_skips_a_dead_replica(model_path: Path, verifier: int) -> None:
+    replicas = (f"127.0.0.1:{verifier}", f"127.0.0.1:{free_port()}")  # the second one is down
+    config = GatewayConfig(verifier_addresses=replicas, model_path=model_path)
+    with TestClient(create_app(config, tracer_provider=TracerProvider())) as app:
+        statuses = [app.post(CHAT, json=_chat(max_tokens=1)).status_code for _ in range(4)]
+        assert app.get("/health").status_code == 200
+    assert statuses == [200] * 4

@@ -1,0 +1,140 @@
+"""One choice's generation over a scripted verifier: text, stop tokens, stop strings, figures, errors."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Sequence
+
+import pytest
+from opentelemetry.context import Context
+from tokenizers import Tokenizer
+
+from treespec.gateway.errors import APIError
+from treespec.gateway.fanout import merge
+from treespec.gateway.generation import ChoiceEnd, ChoiceJob, Event, TextDelta, run_choice
+from treespec.v1 import verifier_pb2 as pb
+
+EOS = 2
+
+
+class ScriptedVerifier:
+    """Sends the given chunks; records whether the call was closed (cancelled) before its end."""
+
+    def __init__(self, chunks: Sequence[pb.GenerateChunk]) -> None:
+        self.chunks = chunks
+        self.closed_early = False
+
+    async def generate(
+        self, request: pb.GenerateRequest, trace_context: Context | None = None
+    ) -> AsyncGenerator[pb.GenerateChunk, None]:
+        sent = 0
+        try:
+            for chunk in self.chunks:
+                yield chunk
+                sent += 1
+        finally:
+            self.closed_early = sent < len(self.chunks)
+
+
+def _final(tokens: list[int], reason: int, completion_tokens: int) -> pb.GenerateChunk:
+    stats = pb.SpeculationStats(verify_steps=3, drafted_tokens=8, accepted_tokens=4, committed_tokens=7)
+    usage = pb.Usage(prompt_tokens=3, completion_tokens=completion_tokens)
+    return pb.GenerateChunk(token_ids=tokens, finish_reason=reason, usage=usage, speculation=stats)  # type: ignore[arg-type]
+
+
+def _job(stops: tuple[str, ...] = (), end: frozenset[int] = frozenset({EOS})) -> ChoiceJob:
+    return ChoiceJob(0, pb.GenerateRequest(request_id="r", prompt_token_ids=[1, 2, 3]), stops, end)
+
+
+async def _run(tokenizer: Tokenizer, verifier: ScriptedVerifier, job: ChoiceJob) -> list[Event]:
+    return [event async for event in run_choice(verifier, tokenizer, job)]
+
+
+def _ids(tokenizer: Tokenizer, text: str) -> list[int]:
+    return tokenizer.encode(text, add_special_tokens=False).ids
+
+
+def test_text_and_the_final_figures(tokenizer: Tokenizer) -> None:
+    ids = _ids(tokenizer, "Hello 世界")
+    chunks = [
+        pb.GenerateChunk(token_ids=ids[:2]),
+        _final([*ids[2:], EOS], pb.FINISH_REASON_STOP, len(ids) + 1),
+    ]
+    events = asyncio.run(_run(tokenizer, ScriptedVerifier(chunks), _job()))
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    end = events[-1]
+    assert text == "Hello 世界"  # EOS adds no text
+    assert isinstance(end, ChoiceEnd) and end.finish_reason == "stop"
+    assert end.completion_tokens == len(ids) + 1  # but counts as a token
+    assert end.spec is not None and end.spec.acceptance_length == pytest.approx(7 / 3)
+
+
+def test_a_non_special_stop_token_adds_no_text(tokenizer: Tokenizer) -> None:
+    ids = _ids(tokenizer, "one two")
+    stop = _ids(tokenizer, "!")[0]
+    chunks = [_final([*ids, stop], pb.FINISH_REASON_STOP, len(ids) + 1)]
+    events = asyncio.run(_run(tokenizer, ScriptedVerifier(chunks), _job(end=frozenset({EOS, stop}))))
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "one two"
+
+
+def test_a_stop_string_split_across_tokens_cancels_the_call(tokenizer: Tokenizer) -> None:
+    ids = _ids(tokenizer, "Answer: 42</done> trailing words")
+    chunks = [pb.GenerateChunk(token_ids=[token]) for token in ids] + [
+        _final([], pb.FINISH_REASON_LENGTH, 99)
+    ]
+    verifier = ScriptedVerifier(chunks)
+    events = asyncio.run(_run(tokenizer, verifier, _job(stops=("</done>",))))
+    end = events[-1]
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Answer: 42"
+    assert isinstance(end, ChoiceEnd) and end.finish_reason == "stop" and end.spec is None
+    consumed = len(_ids(tokenizer, "Answer: 42</done>"))
+    assert end.completion_tokens == consumed  # up to the token that completed the stop string
+    assert verifier.closed_early
+
+
+def test_held_back_text_is_released_at_the_end(tokenizer: Tokenizer) -> None:
+    ids = _ids(tokenizer, "wait <")
+    events = asyncio.run(
+        _run(tokenizer, ScriptedVerifier([_final(ids, pb.FINISH_REASON_LENGTH, 2)]), _job(("<x",)))
+    )
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "wait <"
+    assert isinstance(events[-1], ChoiceEnd) and events[-1].finish_reason == "length"
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [[pb.GenerateChunk(token_ids=[5])], [_final([5], pb.FINISH_REASON_ABORT, 1)]],
+    ids=["no-finish", "abort"],
+)
+def test_a_stream_without_a_proper_end_is_a_503(tokenizer: Tokenizer, chunks: list[pb.GenerateChunk]) -> None:
+    with pytest.raises(APIError) as caught:
+        asyncio.run(_run(tokenizer, ScriptedVerifier(chunks), _job()))
+    assert caught.value.status == 503
+
+
+async def _numbers(start: int, count: int, closed: list[int]) -> AsyncGenerator[int, None]:
+    try:
+        for i in range(start, start + count):
+            await asyncio.sleep(0)
+            yield i
+    finally:
+        closed.append(start)
+
+
+def test_merge_yields_everything() -> None:
+    async def run() -> list[int]:
+        closed: list[int] = []
+        return [n async for n in merge([_numbers(0, 3, closed), _numbers(10, 3, closed)])]
+
+    assert sorted(asyncio.run(run())) == [0, 1, 2, 10, 11, 12]
+
+
+def test_leaving_a_merge_early_closes_every_source() -> None:
+    async def run() -> list[int]:
+        closed: list[int] = []
+        merged = merge([_numbers(0, 100, closed), _numbers(1000, 100, closed)])
+        await anext(merged)
+        await merged.aclose()
+        return closed
+
+    assert sorted(asyncio.run(run())) == [0, 1000]

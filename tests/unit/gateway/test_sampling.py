@@ -1,0 +1,76 @@
+"""From a request to GenerateRequests: seeds, limits, stop and end tokens, prompt checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from treespec.gateway.errors import APIError
+from treespec.gateway.sampling import check_prompt, choice_jobs, derive_seed
+from treespec.gateway.schemas import CompletionRequest
+from treespec.gateway.verifier_client import ModelInfo, channel_target
+
+INFO = ModelInfo("m", vocab_size=100, context_length=50, eos_token_ids=(2,), speculative_algorithm="")
+
+
+def test_derived_seeds_are_distinct_and_stay_in_int64() -> None:
+    assert derive_seed(7, 0) == 7
+    assert len({derive_seed(7, i) for i in range(8)}) == 8
+    assert derive_seed(2**63 - 1, 1) == -(2**63)
+
+
+def test_choices_of_a_batch() -> None:
+    body = CompletionRequest.model_validate(
+        {
+            "model": "m",
+            "prompt": "x",
+            "n": 2,
+            "seed": 5,
+            "temperature": 0.5,
+            "stop_token_ids": [9],
+            "top_k": 3,
+        }
+    )
+    jobs = choice_jobs(body, [[1, 2], [3] * 45], 10, INFO, "cmpl-x")
+    assert [job.index for job in jobs] == [0, 1, 2, 3]
+    assert [job.request.request_id for job in jobs] == ["cmpl-x-0", "cmpl-x-1", "cmpl-x-2", "cmpl-x-3"]
+    assert [job.request.sampling.seed for job in jobs] == [5, 6, 7, 8]
+    assert [job.request.sampling.max_new_tokens for job in jobs] == [10, 10, 5, 5]  # the context's room
+    assert jobs[0].end_token_ids == {2, 9}
+    sampling = jobs[0].request.sampling
+    assert sampling.temperature == 0.5 and sampling.top_k == 3 and list(sampling.stop_token_ids) == [9]
+    assert not sampling.HasField("top_p")  # absent: the verifier's default
+    assert not jobs[0].request.speculation.HasField("enabled")
+
+
+def test_no_limit_means_the_rest_of_the_context_and_ignore_eos_keeps_eos() -> None:
+    body = CompletionRequest.model_validate(
+        {"model": "m", "prompt": "x", "ignore_eos": True, "speculation": {"enabled": False, "num_steps": 2}}
+    )
+    (job,) = choice_jobs(body, [[1] * 10], None, INFO, "r")
+    assert job.request.sampling.max_new_tokens == 40
+    assert job.end_token_ids == frozenset()
+    assert not job.request.sampling.HasField("seed")
+    assert job.request.speculation.enabled is False and job.request.speculation.num_steps == 2
+
+
+@pytest.mark.parametrize(
+    ("prompt", "code"),
+    [([], "invalid_value"), ([100], "invalid_value"), ([1] * 50, "context_length_exceeded")],
+)
+def test_prompts_the_verifier_could_not_take(prompt: list[int], code: str) -> None:
+    with pytest.raises(APIError) as caught:
+        check_prompt(prompt, INFO, "prompt")
+    assert (caught.value.status, caught.value.code, caught.value.param) == (400, code, "prompt")
+
+
+def test_a_prompt_one_short_of_the_context_is_fine() -> None:
+    check_prompt([1] * 49, INFO, "prompt")
+
+
+def test_channel_targets() -> None:
+    assert channel_target(["verifier:50051"]) == "dns:///verifier:50051"
+    assert channel_target(["dns:///v:1"]) == "dns:///v:1"
+    assert channel_target(["10.0.0.1:1", "10.0.0.2:2"]) == "ipv4:10.0.0.1:1,10.0.0.2:2"
+    assert channel_target(["[::1]:1", "[::2]:2"]) == "ipv6:[::1]:1,[::2]:2"
+    with pytest.raises(ValueError, match="IP addresses"):
+        channel_target(["a:1", "b:2"])

@@ -1,0 +1,149 @@
+"""Request validation: what OpenAI accepts is accepted, the rest is refused with a clear error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from treespec.gateway.errors import validation_error
+from treespec.gateway.schemas import ChatCompletionRequest, CompletionRequest
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+def _chat(**fields: Any) -> ChatCompletionRequest:
+    return ChatCompletionRequest.model_validate({"model": "m", "messages": MESSAGES, **fields})
+
+
+def _refusal(model: type[ChatCompletionRequest | CompletionRequest], body: dict[str, Any]) -> tuple[str, Any]:
+    """The (code, param) a refused body gets."""
+    with pytest.raises(ValidationError) as caught:
+        model.model_validate(body)
+    error = validation_error(caught.value.errors())
+    assert error.status == 400
+    return error.code or "", error.param
+
+
+def test_a_typical_chat_request() -> None:
+    body = _chat(
+        max_completion_tokens=5,
+        max_tokens=9,
+        temperature=0.7,
+        top_p=0.9,
+        n=2,
+        stream=True,
+        stream_options={"include_usage": True},
+        stop=["a", "", "b"],
+        seed=-3,
+        presence_penalty=0,
+        frequency_penalty=0.0,
+        logprobs=False,
+        tool_choice="none",
+        response_format={"type": "text"},
+        user="u",
+        top_k=-1,
+        min_p=0.1,
+        ignore_eos=True,
+        stop_token_ids=[2],
+        speculation={"enabled": True, "num_steps": 3},
+    )
+    assert body.token_limit == 5  # max_completion_tokens wins
+    assert body.stop_strings == ("a", "b")
+    assert body.include_usage
+
+
+def test_content_parts_and_developer_role() -> None:
+    body = ChatCompletionRequest.model_validate(
+        {
+            "model": "m",
+            "messages": [
+                {
+                    "role": "developer",
+                    "content": [{"type": "text", "text": "be "}, {"type": "text", "text": "nice"}],
+                }
+            ],
+        }
+    )
+    assert body.messages[0].template_message() == {"role": "system", "content": "be nice"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "code", "param"),
+    [
+        ({"frobnicate": 1}, "unknown_parameter", "frobnicate"),
+        ({"max_tokens": 0}, "invalid_value", "max_tokens"),
+        ({"max_tokens": 10**40}, "invalid_value", "max_tokens"),
+        ({"max_tokens": "5"}, "invalid_value", "max_tokens"),
+        ({"temperature": 2.5}, "invalid_value", "temperature"),
+        ({"top_p": 0}, "invalid_value", "top_p"),
+        ({"n": 9}, "invalid_value", "n"),
+        ({"stop": ["1", "2", "3", "4", "5"]}, "invalid_value", "stop"),
+        ({"stop": 7}, "invalid_value", "stop"),
+        ({"presence_penalty": 0.5}, "unsupported_parameter", "presence_penalty"),
+        ({"logit_bias": {"5": 1}}, "unsupported_parameter", "logit_bias"),
+        ({"logprobs": True}, "unsupported_parameter", "logprobs"),
+        ({"top_logprobs": 3}, "unsupported_parameter", "top_logprobs"),
+        ({"tools": [{"type": "function"}]}, "unsupported_parameter", "tools"),
+        ({"response_format": {"type": "json_object"}}, "unsupported_parameter", "response_format"),
+        ({"stream_options": {"include_usage": True}}, "invalid_value", None),
+        ({"speculation": {"num_draft_tokens": 0}}, "invalid_value", "speculation.num_draft_tokens"),
+        ({"speculation": {"depth": 2}}, "unknown_parameter", "speculation.depth"),
+        ({"stop_token_ids": [-1]}, "invalid_value", "stop_token_ids.0"),
+        ({"seed": 2**63}, "invalid_value", "seed"),
+        ({"messages": []}, "invalid_value", "messages"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "invalid_value", "messages.0.role"),
+        ({"messages": [{"role": "user"}]}, "missing_required_parameter", "messages.0.content"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "unsupported_parameter", None),
+    ],
+)
+def test_chat_refusals(fields: dict[str, Any], code: str, param: str | None) -> None:
+    got_code, got_param = _refusal(ChatCompletionRequest, {"model": "m", "messages": MESSAGES, **fields})
+    assert got_code == code
+    if param is not None:
+        assert got_param == param
+
+
+def test_image_parts_are_unsupported() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "text": ""}]}]}
+    assert _refusal(ChatCompletionRequest, body) == ("unsupported_parameter", "messages.0.content.0.type")
+
+
+@pytest.mark.parametrize(
+    ("prompt", "expected"),
+    [("hi", ["hi"]), (["a", "b"], ["a", "b"]), ([1, 2], [[1, 2]]), ([[1], [2, 3]], [[1], [2, 3]])],
+)
+def test_completion_prompt_forms(prompt: Any, expected: list[Any]) -> None:
+    body = CompletionRequest.model_validate({"model": "m", "prompt": prompt})
+    assert body.prompts == expected
+    assert body.token_limit == 16  # OpenAI's default for completions
+
+
+@pytest.mark.parametrize(
+    ("fields", "code"),
+    [
+        ({"prompt": []}, "invalid_value"),
+        ({"prompt": [[]]}, "invalid_value"),
+        ({"prompt": [1, "a"]}, "invalid_value"),
+        ({"prompt": [-5]}, "invalid_value"),
+        ({"prompt": ["x"] * 17}, "invalid_value"),
+        ({"prompt": ["x"] * 5, "n": 8}, "invalid_value"),
+        ({"prompt": "x", "echo": True}, "unsupported_parameter"),
+        ({"prompt": "x", "logprobs": 2}, "unsupported_parameter"),
+        ({"prompt": "x", "suffix": "y"}, "unsupported_parameter"),
+        ({"prompt": "x", "best_of": 2}, "unsupported_parameter"),
+        ({}, "missing_required_parameter"),
+    ],
+)
+def test_completion_refusals(fields: dict[str, Any], code: str) -> None:
+    assert _refusal(CompletionRequest, {"model": "m", **fields})[0] == code
+
+
+def test_body_that_is_not_an_object() -> None:
+    error = validation_error([{"type": "model_attributes_type", "loc": ("body",), "msg": "x"}])
+    assert (error.status, error.param, error.message) == (
+        400,
+        None,
+        "The request body must be a JSON object.",
+    )
