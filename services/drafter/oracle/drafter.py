@@ -34,7 +34,7 @@ class OracleDrafter(Drafter):
         self.continuations = continuations
         self.vocab_size = vocab_size
         self.error_rate = error_rate
-        self._generator = torch.Generator().manual_seed(seed)
+        self.seed = seed
         self._tracks: dict[str, _Track] = {}
 
     @classmethod
@@ -69,17 +69,21 @@ class OracleDrafter(Drafter):
         chain = list(track.continuation[track.produced : track.produced + length])
         if not chain:
             return None
-        chain = [self._maybe_corrupt(t) for t in chain]
+        # Randomness from the request's position, not from other traffic: the same context, the same tree.
+        generator = torch.Generator().manual_seed(hash((self.seed, track.produced, track.last)) & (2**62 - 1))
+        chain = [self._maybe_corrupt(t, generator) for t in chain]
         tokens, parents = [track.last, *chain], list(range(-1, len(chain)))
-        self._add_side_branches(tokens, parents, budget)
+        self._add_side_branches(tokens, parents, budget, generator)
         return TokenTree(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long))
 
-    def _maybe_corrupt(self, token: int) -> int:
-        if self.error_rate and float(torch.rand((), generator=self._generator)) < self.error_rate:
-            return int(torch.randint(self.vocab_size, (), generator=self._generator))
+    def _maybe_corrupt(self, token: int, generator: torch.Generator) -> int:
+        if self.error_rate and float(torch.rand((), generator=generator)) < self.error_rate:
+            return int(torch.randint(self.vocab_size, (), generator=generator))
         return token
 
-    def _add_side_branches(self, tokens: list[int], parents: list[int], budget: TreeBudget) -> None:
+    def _add_side_branches(
+        self, tokens: list[int], parents: list[int], budget: TreeBudget, generator: torch.Generator
+    ) -> None:
         """Fill the node budget with random leaves under chain nodes that have room for siblings."""
         chain_len = len(tokens)
         for node in range(chain_len - 1):
@@ -87,7 +91,7 @@ class OracleDrafter(Drafter):
                 return
             siblings = {tokens[c] for c in range(len(tokens)) if parents[c] == node}
             while len(siblings) < budget.topk and len(tokens) < budget.num_draft_tokens:
-                token = int(torch.randint(self.vocab_size, (), generator=self._generator))
+                token = int(torch.randint(self.vocab_size, (), generator=generator))
                 if token not in siblings:
                     siblings.add(token)
                     tokens.append(token)
