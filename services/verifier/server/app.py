@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from wsgiref.simple_server import WSGIServer
 
 from opentelemetry import trace
-from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
 from prometheus_client import CollectorRegistry, start_http_server
 
 from treespec.shared.drafting.drafter import Drafter
@@ -144,10 +143,8 @@ class VerifierServer:
             raise
 
     async def _serve(self, engine: Engine, loop: EngineLoop) -> ServerHandle:
-        handle = create_server(
-            f"{self.config.host}:{self.config.port}",
-            [aio_server_interceptor(self._tracer_provider, filter_=filters.negate(filters.health_check()))],
-        )
+        # No tracing interceptor: the servicer reads the caller's context from the metadata (spans.py).
+        handle = create_server(f"{self.config.host}:{self.config.port}")
         verifier_pb2_grpc.add_VerifierServicer_to_server(self._servicer(engine, loop), handle.server)
         await handle.server.start()
         await handle.set_serving([SERVICE_NAME])

@@ -33,7 +33,8 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
     ) -> AsyncIterator[pb.GenerateChunk]:
         """One chunk per engine output with tokens; the last one adds finish reason, usage, figures.
         Leaving the loop early (the client cancelled) aborts the request."""
-        with spans.generate_span(self._tracer, self._model_info.model_name) as span:
+        parent = spans.remote_context(context.invocation_metadata())
+        with spans.generate_span(self._tracer, self._model_info.model_name, parent) as span:
             domain = convert.generation_request(
                 request, self._speculation_defaults, spans.trace_context(span)
             )

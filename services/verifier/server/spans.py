@@ -1,16 +1,18 @@
 """The span of one Generate call, named and attributed after OpenTelemetry's GenAI conventions.
 
-The span is never made current: an async generator may be closed from another context, where
-detaching it would fail. Its context reaches the drafters explicitly, as W3C headers in
-`GenerationRequest.trace_context`.
+The caller's trace context is read from the call's metadata (W3C headers) and the span is never made
+current: a streaming handler is an async generator that may be closed from another context, where
+detaching an attached context fails (which is why no server interceptor attaches one). The span's
+context reaches the drafters explicitly, as W3C headers in `GenerationRequest.trace_context`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from treespec.verifier.request import GenerationRequest, RequestOutput
@@ -20,13 +22,20 @@ OPERATION = "text_completion"
 _W3C = TraceContextTextMapPropagator()
 
 
+def remote_context(metadata: Sequence[tuple[str, str | bytes]] | None) -> Context:
+    """The caller's trace context from gRPC metadata (keys are lower case: traceparent, tracestate)."""
+    carrier = {key: value for key, value in metadata or () if isinstance(value, str)}
+    return _W3C.extract(carrier)
+
+
 @contextmanager
-def generate_span(tracer: trace.Tracer, model_name: str) -> Iterator[trace.Span]:
-    """A span (child of the current context, i.e. the gRPC server span) ended on exit, with the
-    error recorded if the body raises (a client going away included)."""
+def generate_span(tracer: trace.Tracer, model_name: str, parent: Context) -> Iterator[trace.Span]:
+    """A span (child of the caller's span) ended on exit, with the error recorded if the body raises
+    (a client going away included)."""
     span = tracer.start_span(
         f"{OPERATION} {model_name}",
-        kind=trace.SpanKind.INTERNAL,
+        context=parent,
+        kind=trace.SpanKind.SERVER,
         attributes={
             "gen_ai.operation.name": OPERATION,
             "gen_ai.system": SYSTEM,
