@@ -7,7 +7,6 @@ Flags follow SGLang's names. Drafts come from an in-process registry drafter
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -128,7 +127,7 @@ def _run(ns: argparse.Namespace) -> int:
     provider = build_tracer_provider("treespec-verifier")
     install_tracer_provider(provider)  # for instrumentations that look the provider up globally
     try:
-        asyncio.run(serve_until_signalled(config, tracer_provider=provider))
+        serve_until_signalled(config, tracer_provider=provider)
     finally:
         provider.shutdown()
     return 0

@@ -78,16 +78,29 @@ class EngineLoop:
         self._wake = threading.Event()
         self._stopping = False
         self._snapshot = EngineSnapshot.of(engine)
-        self._thread = threading.Thread(target=self._run, name="treespec-engine", daemon=True)
+        self._thread = threading.Thread(target=self.run, name="treespec-engine", daemon=True)
+        self._started = threading.Event()
+        self._exited = threading.Event()
 
     # ---- the event loop's side ---------------------------------------------------------------
 
     def start(self) -> None:
+        """Run the engine on a thread of its own."""
         self._thread.start()
+
+    def run(self) -> None:
+        """Run the engine in the calling thread until `stop` (instead of `start`).
+
+        Where speed matters, build the engine in that same thread too (VerifierServer.prepare)."""
+        self._started.set()
+        try:
+            self._run()
+        finally:
+            self._exited.set()
 
     @property
     def is_alive(self) -> bool:
-        return self._thread.is_alive()
+        return self._started.is_set() and not self._exited.is_set()
 
     def snapshot(self) -> EngineSnapshot:
         """The engine's figures after its latest step."""
@@ -131,8 +144,8 @@ class EngineLoop:
                     route.deliver(RequestOutput(rid, [], FinishReason.ABORT, route.num_prompt))
                 self.engine.abort(rid)
         self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        if self._started.is_set():
+            self._exited.wait(timeout)
 
     def _release(self, rid: str, route: _Route) -> None:
         """The consumer stopped listening: abort the request unless it is over already."""
