@@ -1,7 +1,28 @@
-"""Test-wide settings: no hub access (every model is local)."""
+"""Test-wide settings (no hub access: every model is local) and the tiny random model fixtures."""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
+
+import pytest
+
+from treespec.shared.model.causal_lm import CausalLM
+from treespec.shared.model.loader import load_model
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Llama checkpoint (vocabulary 97) in HF format."""
+    from tests.unit.model.test_forward_vs_hf import make_checkpoint
+
+    path: Path = tmp_path_factory.mktemp("tiny-llama")
+    make_checkpoint(path, "llama")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_path: Path) -> CausalLM:
+    return load_model(tiny_path)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from treespec.kernels.tree_mask import validate_tree
 from treespec.shared.drafting.drafter import Drafter, DraftQuery
 from treespec.shared.drafting.token_tree import TokenTree
+from treespec.shared.warn_once import WarnOnce
 from treespec.verifier.state import RequestState
 
 log = logging.getLogger(__name__)
@@ -17,7 +18,7 @@ log = logging.getLogger(__name__)
 class DraftStage:
     drafter: Drafter | None
     vocab_size: int
-    _warned: set[str] = field(default_factory=set)
+    _warn_once: WarnOnce = field(default_factory=lambda: WarnOnce(log))
 
     def trees(self, decodes: list[RequestState]) -> dict[str, TokenTree]:
         """Validated trees by request id; requests without one decode plainly this step."""
@@ -53,8 +54,3 @@ class DraftStage:
             self._warn_once("tree", f"dropping an invalid draft tree: {problem}")
             return False
         return True
-
-    def _warn_once(self, key: str, message: str) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            log.warning(message)

@@ -16,14 +16,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.services.recording_drafter import RecordingDrafter
-from tests.unit.model.test_forward_vs_hf import make_checkpoint
 from treespec.drafter.server.app import DrafterServer
 from treespec.kernels.tree_mask import validate_tree
 from treespec.shared.cli.drafter import parse_options, read_vocab_size
 from treespec.shared.drafting.drafter import DraftQuery
 from treespec.shared.drafting.token_tree import TreeBudget
 from treespec.shared.model.causal_lm import CausalLM
-from treespec.shared.model.loader import load_model
 from treespec.shared.rpc.tree_codec import budget_to_proto
 from treespec.v1 import drafter_pb2, drafter_pb2_grpc
 from treespec.verifier.config import EngineConfig
@@ -35,18 +33,6 @@ from treespec.verifier.request import GenerationRequest, SamplingParams, Specula
 VOCAB = 97
 PROMPTS = [[(7 * i + 3 * j) % VOCAB for j in range(5 + 3 * i)] for i in range(6)]
 BUDGET = TreeBudget(num_draft_tokens=8, num_steps=5, topk=4)
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path: Path = tmp_path_factory.mktemp("tiny-llama")
-    make_checkpoint(path, "llama")
-    return path
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tiny_path: Path) -> CausalLM:
-    return load_model(tiny_path)
 
 
 @contextmanager

@@ -27,12 +27,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from tests.unit.model.test_forward_vs_hf import make_checkpoint
 from treespec.drafter.random_tree.drafter import RandomTreeDrafter
 from treespec.shared.drafting.drafter import DraftQuery
 from treespec.shared.drafting.token_tree import TokenTree
 from treespec.shared.model.causal_lm import CausalLM
-from treespec.shared.model.loader import load_model
 from treespec.v1 import verifier_pb2 as pb
 from treespec.v1 import verifier_pb2_grpc
 from treespec.verifier.config import EngineConfig
@@ -44,18 +42,6 @@ from treespec.verifier.server.drafters import DrafterSpec
 VOCAB = 97  # the tiny checkpoint's
 PROMPTS = [[(7 * i + 3 * j) % VOCAB for j in range(5 + 3 * i)] for i in range(6)]
 MAX_NEW = 16
-
-
-@pytest.fixture(scope="session")
-def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path: Path = tmp_path_factory.mktemp("tiny-llama")
-    make_checkpoint(path, "llama")
-    return path
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tiny_path: Path) -> CausalLM:
-    return load_model(tiny_path)
 
 
 def engine_config(path: Path) -> EngineConfig:

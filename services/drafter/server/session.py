@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from treespec.drafter.server.spans import RequestSpans
 from treespec.shared.drafting.drafter import Drafter, DraftQuery
 from treespec.shared.drafting.token_tree import TokenTree, TreeBudget
+from treespec.shared.warn_once import WarnOnce
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ class DraftSession:
         self._spans = spans
         self._prefix = f"{stream_id}/"
         self._open: set[str] = set()
-        self._warned: set[str] = set()
+        self._warn_once = WarnOnce(log)
 
     def key(self, request_id: str) -> str:
         return self._prefix + request_id
@@ -99,11 +100,6 @@ class DraftSession:
             self._warn_once(method, f"drafter {method} failed: {exc!r}")
             return False
         return True
-
-    def _warn_once(self, key: str, message: str) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            log.warning(message)
 
 
 def _rejected(item: ProposalItem) -> Proposal:
