@@ -7,7 +7,6 @@ imported default model (as `make test` arranges), that folder is checked the sam
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,12 +52,12 @@ def fresh_models_dir(offline: None, tmp_path_factory: pytest.TempPathFactory) ->
 def model_path(request: pytest.FixtureRequest, fresh_models_dir: Path) -> Path:
     if request.param == "fresh":
         return store.default_model_path(fresh_models_dir)
-    configured = os.environ.get(store.MODELS_DIR_ENV)
-    if not configured:
-        pytest.skip(f"${store.MODELS_DIR_ENV} is not set")
-    path = store.default_model_path(Path(configured))
-    if not store.is_imported(path):
-        pytest.skip(f"no imported default model in ${store.MODELS_DIR_ENV}={configured}")
+    # The folder every command uses ($TREESPEC_MODELS_DIR or ~/.cache/treespec/models), which
+    # `make test` fills before pytest runs.
+    path = store.default_model_path(store.models_dir())
+    assert store.is_imported(path), (
+        f"no imported default model in {path}: run `treespec models import-default`"
+    )
     return path
 
 
