@@ -1,0 +1,73 @@
+"""`treespec serve` as a user runs it: prints the URL, serves, stops everything on Ctrl-C or when a
+child dies."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import psutil
+import pytest
+
+from tests.e2e.stack import free_port
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture()
+def serve(smollm_path: Path) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    port = free_port()
+    args = ["serve", "--model-path", str(smollm_path), "--port", str(port)]
+    args += ["--verifier-port", str(free_port()), "--drafter-port", str(free_port())]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "treespec.shared.cli.main", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    yield process, port
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def wait_for_url(process: subprocess.Popen[str], port: int) -> None:
+    assert process.stdout is not None
+    for line in process.stdout:
+        if f"http://127.0.0.1:{port}/v1" in line:
+            return
+    raise AssertionError(f"treespec serve exited with {process.wait()} before printing its URL")
+
+
+def children(process: subprocess.Popen[str]) -> list[psutil.Process]:
+    return psutil.Process(process.pid).children(recursive=True)
+
+
+def test_ctrl_c_stops_every_service(serve: tuple[subprocess.Popen[str], int]) -> None:
+    process, port = serve
+    wait_for_url(process, port)
+    services = children(process)
+    assert len(services) == 3
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+    reply = client.completions.create(model=client.models.list().data[0].id, prompt="Hello", max_tokens=4)
+    assert reply.choices[0].text
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=60) == 0
+    _, alive = psutil.wait_procs(services, timeout=10)
+    assert not alive
+
+
+def test_a_dying_service_stops_the_others(serve: tuple[subprocess.Popen[str], int]) -> None:
+    process, port = serve
+    wait_for_url(process, port)
+    services = children(process)
+    verifier = next(p for p in services if "verifier" in p.cmdline())
+    os.kill(verifier.pid, signal.SIGKILL)
+    assert process.wait(timeout=60) == 1
+    _, alive = psutil.wait_procs(services, timeout=10)
+    assert not alive
