@@ -38,15 +38,8 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _engine_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="HF model directory (default: the bundled SmolLM2-135M-Instruct)")
-    parser.add_argument(
-        "--prompts", help="Spec-Bench style JSONL (default: ../shared/bench/spec_bench_dev.jsonl)"
-    )
-    parser.add_argument("--quick", action="store_true", help="2 prompts per category")
-    parser.add_argument("--per-category", type=int, default=None, help="prompts per category (default: all)")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
+    _common_arguments(parser)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    parser.add_argument("--json", help="write the figures to this JSON file")
 
 
 def _engine(ns: argparse.Namespace) -> int:
