@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import statistics
 import time
 from dataclasses import dataclass
@@ -112,21 +111,7 @@ def _context(args: ServeBenchArgs, engine: Engine) -> DrafterContext:
 
 
 def _serve_config(args: ServeBenchArgs) -> ServeConfig:
-    return ServeConfig(
-        model_path=args.model,
-        host="127.0.0.1",
-        port=_free_port(),
-        verifier_port=_free_port(),
-        drafter_port=_free_port(),
-        algorithm=args.algorithm,
-        num_steps=5,
-        eagle_topk=4,
-        num_draft_tokens=8,
-        draft_deadline_ms=50,
-        api_keys=(),
-        served_model_name=None,
-        verifier_metrics_port=None,
-    )
+    return ServeConfig.on_free_ports(args.model, args.algorithm)
 
 
 async def _stream(client: Any, model: str, prompt: BenchPrompt, max_tokens: int) -> StreamTiming:
@@ -217,9 +202,3 @@ def render(p: dict[str, Any]) -> str:
     ]
     table = format_table(["path", "tok/s", "ttft ms", "itl ms"], rows)
     return f"{table}\n\nservice path / in-process engine at batch 1: {p['serve_vs_engine']:.2f}x"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

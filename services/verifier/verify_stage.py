@@ -8,6 +8,7 @@ import torch
 
 from treespec.kernels.acceptance import Acceptance, accept_greedy, accept_sampling
 from treespec.kernels.logits_processing import probs_from_logits
+from treespec.shared.drafting.token_tree import TokenTree
 from treespec.verifier.forward_stage import ForwardItem, ForwardResult
 
 
@@ -20,51 +21,46 @@ class Verdict:
 def verify(result: ForwardResult) -> list[Verdict]:
     """One verdict per item that has a tree (decodes, and prefills that finish the prompt)."""
     items = [i for i in result.items if i.tree is not None]
-    if not items:
-        return []
-    greedy_rows = result.logits.argmax(dim=-1).cpu()
+    greedy = [i for i in items if i.state.request.sampling.greedy]
     sampled = [i for i in items if not i.state.request.sampling.greedy]
-    probs = _sampling_probs(result.logits, sampled)
     verdicts = []
-    for item in items:
-        tree = item.tree
-        assert tree is not None
-        rows = slice(item.logits_start, item.logits_start + tree.num_nodes)
-        if item.state.request.sampling.greedy:
-            acceptance = accept_greedy(tree.tokens, tree.parents, greedy_rows[rows])
-        else:
-            acceptance = accept_sampling(
-                tree.tokens, tree.parents, tree.probs, probs[rows], item.state.generator
-            )
-        verdicts.append(Verdict(item, acceptance))
+    if greedy:
+        argmax = result.logits.argmax(dim=-1).cpu()
+        for item in greedy:
+            tree = _tree(item)
+            rows = argmax[item.logits_start : item.logits_start + tree.num_nodes]
+            verdicts.append(Verdict(item, accept_greedy(tree.tokens, tree.parents, rows)))
+    if sampled:
+        probs = _sampling_probs(result.logits, sampled)
+        start = 0
+        for item in sampled:
+            tree = _tree(item)
+            rows = probs[start : start + tree.num_nodes]
+            start += tree.num_nodes
+            acceptance = accept_sampling(tree.tokens, tree.parents, tree.probs, rows, item.state.generator)
+            verdicts.append(Verdict(item, acceptance))
     return verdicts
 
 
 def _sampling_probs(logits: torch.Tensor, items: list[ForwardItem]) -> torch.Tensor:
-    """The target's sampling distributions for every row of the sampling requests, batched.
-
-    Returned on the CPU, indexed like `logits` (rows of greedy requests are left as zeros)."""
-    if not items:
-        return logits.new_zeros(0)
-    index = torch.cat([torch.arange(i.logits_start, i.logits_start + _n(i)) for i in items])
-    params = [(i.state.request.sampling, _n(i)) for i in items]
+    """The target's sampling distributions for the rows of `items`, batched, in item order: CPU
+    [sum of tree sizes, vocab]."""
+    index = torch.cat([torch.arange(i.logits_start, i.logits_start + _tree(i).num_nodes) for i in items])
+    params = [(i.state.request.sampling, _tree(i).num_nodes) for i in items]
 
     def per_row(values: list[float | int], dtype: torch.dtype) -> torch.Tensor:
         return torch.cat([torch.full((n,), v, dtype=dtype) for v, (_, n) in zip(values, params, strict=True)])
 
     device = logits.device
-    probs = probs_from_logits(
+    return probs_from_logits(
         logits[index.to(device)],
         per_row([s.temperature for s, _ in params], torch.float32).to(device),
         per_row([s.top_k for s, _ in params], torch.long).to(device),
         per_row([s.top_p for s, _ in params], torch.float32).to(device),
         per_row([s.min_p for s, _ in params], torch.float32).to(device),
     ).cpu()
-    out = torch.zeros(logits.shape[0], logits.shape[1], dtype=torch.float32)
-    out[index] = probs
-    return out
 
 
-def _n(item: ForwardItem) -> int:
+def _tree(item: ForwardItem) -> TokenTree:
     assert item.tree is not None
-    return item.tree.num_nodes
+    return item.tree

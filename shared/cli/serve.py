@@ -6,8 +6,10 @@ import argparse
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from treespec.shared.launcher.health import grpc_serving, http_ok
+from treespec.shared.launcher.ports import free_port
 from treespec.shared.launcher.process import ServiceProcess
 from treespec.shared.launcher.supervisor import Supervisor
 from treespec.shared.model.store import models_dir, resolve_model_path
@@ -32,6 +34,26 @@ class ServeConfig:
     api_keys: tuple[str, ...]
     served_model_name: str | None
     verifier_metrics_port: int | None
+
+    @classmethod
+    def on_free_ports(
+        cls, model_path: Path, algorithm: str = DEFAULT_ALGORITHM, **overrides: Any
+    ) -> ServeConfig:
+        """The CLI's defaults on free loopback ports (tests, benchmarks)."""
+        defaults: dict[str, Any] = dict(
+            host="127.0.0.1",
+            port=free_port(),
+            verifier_port=free_port(),
+            drafter_port=free_port(),
+            num_steps=5,
+            eagle_topk=4,
+            num_draft_tokens=8,
+            draft_deadline_ms=50,
+            api_keys=(),
+            served_model_name=None,
+            verifier_metrics_port=None,
+        )
+        return cls(model_path=model_path, algorithm=algorithm, **{**defaults, **overrides})
 
     @property
     def speculative(self) -> bool:

@@ -14,7 +14,7 @@ import openai
 import psutil
 import pytest
 
-from tests.e2e.stack import free_port
+from treespec.shared.launcher.ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -23,12 +23,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
-from tests.e2e.stack import free_port
 from treespec.drafter.random_tree.drafter import RandomTreeDrafter
 from treespec.drafter.server.app import DrafterServer
 from treespec.gateway.app import create_app
 from treespec.gateway.config import GatewayConfig
 from treespec.shared.launcher.health import http_ok
+from treespec.shared.launcher.ports import free_port
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.telemetry.tracing import build_tracer_provider
 from treespec.verifier.config import EngineConfig

@@ -21,10 +21,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
-from tests.services.gateway_stack import Service, free_port, healthy, start_gateway, start_verifier
+from tests.services.gateway_stack import Service, healthy, start_gateway, start_verifier
 from treespec.gateway.app import create_app
 from treespec.gateway.config import GatewayConfig
 from treespec.gateway.tokenizer import PromptTokenizer
+from treespec.shared.launcher.ports import free_port
 from treespec.shared.model.store import models_dir, resolve_model_path
 from treespec.v1 import verifier_pb2, verifier_pb2_grpc
 

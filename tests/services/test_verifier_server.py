@@ -7,7 +7,6 @@ import os
 import queue
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -30,6 +29,7 @@ from opentelemetry.trace import SpanKind
 from treespec.drafter.random_tree.drafter import RandomTreeDrafter
 from treespec.shared.drafting.drafter import DraftQuery
 from treespec.shared.drafting.token_tree import TokenTree
+from treespec.shared.launcher.ports import free_port
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.v1 import verifier_pb2 as pb
 from treespec.v1 import verifier_pb2_grpc
@@ -339,13 +339,6 @@ def test_generate_span_continues_the_callers_trace(tiny_path: Path, tiny_model: 
 
 
 # ---- the command line ---------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _read_lines(stream: Any, lines: queue.Queue[str]) -> None:
