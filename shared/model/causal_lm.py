@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from treespec.shared.model.attention.backend import AttentionBackend
 from treespec.shared.model.config import ModelConfig
 from treespec.shared.model.kv_cache import KVCache
+from treespec.shared.model.linear import linear
 from treespec.shared.model.rope import RopeTables, apply_rope
 from treespec.shared.model.weights import AttentionWeights, MlpWeights, ModelWeights
 
@@ -38,11 +39,11 @@ class CausalLM:
 
     @property
     def device(self) -> torch.device:
-        return self.weights.lm_head.device
+        return self.weights.norm.device
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.weights.lm_head.dtype
+        return self.weights.norm.dtype
 
     @torch.inference_mode()
     def forward(
@@ -67,7 +68,7 @@ class CausalLM:
             h = h + attn_out
             h = h + self._mlp(layer.mlp, self._norm(h, layer.post_attention_norm))
         logits_rows_h = self._norm(h[logits_rows], self.weights.norm)
-        logits = _linear(logits_rows_h, self.weights.lm_head).float()
+        logits = linear(logits_rows_h, self.weights.lm_head).float()
         hidden = aux_hidden = None
         if capture is not None:
             hidden = self._norm(h[capture.rows], self.weights.norm)
@@ -90,7 +91,7 @@ class CausalLM:
         cache: KVCache,
     ) -> torch.Tensor:
         c = self.config
-        qkv = _linear(x, w.qkv, w.qkv_bias)
+        qkv = linear(x, w.qkv, w.qkv_bias)
         qk, v = qkv.split([c.q_size + c.kv_size, c.kv_size], dim=-1)
         qk = qk.view(-1, c.num_heads + c.num_kv_heads, c.head_dim)
         v = v.view(-1, c.num_kv_heads, c.head_dim)
@@ -99,14 +100,9 @@ class CausalLM:
             qk = torch.cat([self._norm(q, w.q_norm), self._norm(k, w.k_norm)], dim=1)
         # One rotation for the query and key heads together: fewer small ops per layer.
         q, k = apply_rope(qk, cos, sin).split([c.num_heads, c.num_kv_heads], dim=1)
-        return _linear(backend.attend(plan, layer, q, k, v, cache), w.o, w.o_bias)
+        return linear(backend.attend(plan, layer, q, k, v, cache), w.o, w.o_bias)
 
     @staticmethod
     def _mlp(w: MlpWeights, x: torch.Tensor) -> torch.Tensor:
-        gate, up = _linear(x, w.gate_up, w.gate_up_bias).chunk(2, dim=-1)
-        return _linear(F.silu(gate) * up, w.down, w.down_bias)
-
-
-def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x [T, in] @ weight [in, out] (+ bias [out])."""
-    return torch.mm(x, weight) if bias is None else torch.addmm(bias, x, weight)
+        gate, up = linear(x, w.gate_up, w.gate_up_bias).chunk(2, dim=-1)
+        return linear(F.silu(gate) * up, w.down, w.down_bias)

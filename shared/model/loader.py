@@ -10,6 +10,7 @@ import torch
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.config import ModelConfig
 from treespec.shared.model.errors import ModelLoadError
+from treespec.shared.model.linear import pack_model_weights, packing_supported
 from treespec.shared.model.rope import build_rope_tables
 from treespec.shared.model.weights import load_weights
 
@@ -20,6 +21,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 class LoadOptions:
     device: str = "cpu"
     dtype: str = "auto"  # float32 on CPU, bfloat16 on GPU
+    pack_weights: bool = True  # oneDNN's layout where it applies (CPU float32), see linear.py
 
     def torch_dtype(self) -> torch.dtype:
         if self.dtype == "auto":
@@ -36,5 +38,8 @@ def load_model(path: Path, options: LoadOptions | None = None) -> CausalLM:
         raise ModelLoadError(f"{path}: not a directory")
     config = ModelConfig.from_dir(path)
     device = torch.device(options.device)
-    weights = load_weights(path, config, options.torch_dtype(), device)
+    dtype = options.torch_dtype()
+    weights = load_weights(path, config, dtype, device)
+    if options.pack_weights and packing_supported(device, dtype):
+        pack_model_weights(weights)
     return CausalLM(config, weights, build_rope_tables(config, device))

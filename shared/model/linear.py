@@ -1,0 +1,60 @@
+"""Matmuls of the forward pass, and a CPU layout that keeps them cheap for the few rows of a step.
+
+A decode step multiplies 1 row, a verify step 2-16 rows (tree nodes) by every weight. MKL's sgemm
+on plain [in, out] weights costs nearly twice as much for 2 rows as for 1, so a tree would cost
+almost a full step per extra node. oneDNN with weights reordered once into its blocked layout
+handles 1-16 rows in about the time of one (measured on the default model: an 8-node verify step
+~1.5x a decode step instead of ~2.5x). Weights are therefore packed at load time on CPU in float32
+when oneDNN is there; elsewhere (GPU, other dtypes) they stay dense [in, out] for torch.mm.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from treespec.shared.model.weights import ModelWeights
+
+log = logging.getLogger(__name__)
+
+PACK_ROWS_HINT = 8  # rows oneDNN tunes the packed layout for: a typical verify step
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [T, in] @ weight (+ bias [out]); weight is dense [in, out] or packed by `pack_weight`."""
+    if weight.is_mkldnn:
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+    return torch.mm(x, weight) if bias is None else torch.addmm(bias, x, weight)
+
+
+def packing_supported(device: torch.device, dtype: torch.dtype) -> bool:
+    """oneDNN's packed linear, checked once on a small matrix against torch.mm."""
+    if device.type != "cpu" or dtype != torch.float32 or not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        generator = torch.Generator().manual_seed(0)
+        dense = torch.randn(64, 48, generator=generator)
+        x = torch.randn(3, 64, generator=generator)
+        return bool(torch.allclose(linear(x, pack_weight(dense)), x @ dense, rtol=1e-4, atol=1e-4))
+    except (RuntimeError, AttributeError) as exc:  # a torch build without these ops
+        log.info("oneDNN weight packing unavailable, using torch.mm: %r", exc)
+        return False
+
+
+def pack_weight(dense: torch.Tensor) -> torch.Tensor:
+    """[in, out] dense -> oneDNN's blocked layout (an opaque mkldnn tensor for `linear`)."""
+    return torch.ops.mkldnn._reorder_linear_weight(dense.t().contiguous(), PACK_ROWS_HINT)
+
+
+def pack_model_weights(weights: ModelWeights) -> None:
+    """Repack every matmul weight in place, layer by layer (so that the dense copies go as we go). A
+    tied embedding gets its own dense copy first: lookups cannot read the packed lm_head."""
+    if weights.embed is None:
+        weights.embed = weights.lm_head.t().contiguous()
+    for layer in weights.layers:
+        layer.attn.qkv = pack_weight(layer.attn.qkv)
+        layer.attn.o = pack_weight(layer.attn.o)
+        layer.mlp.gate_up = pack_weight(layer.mlp.gate_up)
+        layer.mlp.down = pack_weight(layer.mlp.down)
+    weights.lm_head = pack_weight(weights.lm_head)
