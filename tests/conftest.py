@@ -9,6 +9,7 @@ from pathlib import Path
 import pluggy
 import pytest
 
+from tests.redis_server import RedisServer
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.loader import load_model
 
@@ -28,6 +29,23 @@ def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model(tiny_path: Path) -> CausalLM:
     return load_model(tiny_path)
+
+
+@pytest.fixture
+def redis_server() -> Generator[RedisServer, None, None]:
+    """A fresh redis-server on a free port, killed afterwards (tests may stop and restart it)."""
+    try:
+        server = RedisServer()
+    except FileNotFoundError as error:
+        message = f"the Redis tests need a local redis-server binary: {error}"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -13,6 +13,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     _engine_arguments(engine)
     engine.set_defaults(handler=_engine)
+    ngram = verbs.add_parser(
+        "ngram", help="the engine plain vs with the n-gram drafter vs HF prompt lookup (CPU, batch 1)"
+    )
+    _ngram_arguments(ngram)
+    ngram.set_defaults(handler=_ngram)
     serve = verbs.add_parser("serve", help="HTTP streaming through the services vs the in-process engine")
     _serve_arguments(serve)
     serve.set_defaults(handler=_serve)
@@ -42,8 +47,28 @@ def _engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
 
 
+def _ngram_arguments(parser: argparse.ArgumentParser) -> None:
+    _engine_arguments(parser)
+    parser.add_argument(
+        "--redis-url", default=None, metavar="URL", help="the n-gram memory in Redis (default: in-process)"
+    )
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an n-gram setting (repeatable): a NgramConfig field; VALUE is read as JSON when it parses",
+    )
+
+
 def _engine(ns: argparse.Namespace) -> int:
     from treespec.bench.engine_bench import run
+
+    return run(ns)
+
+
+def _ngram(ns: argparse.Namespace) -> int:
+    from treespec.bench.ngram_bench import run
 
     return run(ns)
 

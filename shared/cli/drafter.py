@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from treespec.shared.cli.ngram_flags import add_ngram_arguments, ngram_options
+
 DEFAULT_PORT = 50061
 
 
@@ -33,6 +35,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="KEY=VALUE",
         help="a plugin option (repeatable); VALUE is read as JSON when it parses, else as a string",
     )
+    add_ngram_arguments(parser)
     parser.set_defaults(handler=_drafter)
 
 
@@ -42,7 +45,8 @@ def _drafter(args: argparse.Namespace) -> int:
     from treespec.shared.drafting.drafter import DrafterContext
 
     try:
-        options = parse_options(args.option)
+        flags = ngram_options(args) if args.kind.lower() == "ngram" else {}
+        options = {**flags, **parse_options(args.option)}
         vocab_size = args.vocab_size if args.vocab_size is not None else read_vocab_size(args.model_path)
     except ValueError as exc:
         print(f"treespec drafter: error: {exc}", file=sys.stderr)

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import argparse
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from treespec.shared.cli.ngram_flags import add_ngram_arguments, ngram_options, option_arguments
+from treespec.shared.cli.speculation_flags import add_budget_arguments, default_budget, resolve_budget
 from treespec.shared.launcher.health import grpc_serving, http_ok
 from treespec.shared.launcher.ports import free_port
 from treespec.shared.launcher.process import ServiceProcess
 from treespec.shared.launcher.supervisor import Supervisor
 from treespec.shared.model.store import models_dir, resolve_model_path
 
-# Until the n-gram and EAGLE drafters land, the drafter process runs a test drafter (random trees):
-# the full path is real (lossless output), the speed-up comes with the real drafters.
-DEFAULT_ALGORITHM = "RANDOM"
+# The n-gram drafter needs no extra model, so it works for any target out of the box.
+DEFAULT_ALGORITHM = "NGRAM"
 
 
 @dataclass(frozen=True)
@@ -34,20 +35,22 @@ class ServeConfig:
     api_keys: tuple[str, ...]
     served_model_name: str | None
     verifier_metrics_port: int | None
+    drafter_options: dict[str, Any] = field(default_factory=dict)  # plugin options (NGRAM flags)
 
     @classmethod
     def on_free_ports(
         cls, model_path: Path, algorithm: str = DEFAULT_ALGORITHM, **overrides: Any
     ) -> ServeConfig:
         """The CLI's defaults on free loopback ports (tests, benchmarks)."""
+        budget = default_budget(algorithm, overrides.get("drafter_options"))
         defaults: dict[str, Any] = dict(
             host="127.0.0.1",
             port=free_port(),
             verifier_port=free_port(),
             drafter_port=free_port(),
-            num_steps=5,
-            eagle_topk=4,
-            num_draft_tokens=8,
+            num_steps=budget.num_steps,
+            eagle_topk=budget.eagle_topk,
+            num_draft_tokens=budget.num_draft_tokens,
             draft_deadline_ms=50,
             api_keys=(),
             served_model_name=None,
@@ -75,17 +78,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--speculative-algorithm", default=DEFAULT_ALGORITHM, help="drafter to run (NONE: plain decoding)"
     )
-    p.add_argument("--speculative-num-steps", type=int, default=5)
-    p.add_argument("--speculative-eagle-topk", type=int, default=4)
-    p.add_argument("--speculative-num-draft-tokens", type=int, default=8)
+    add_budget_arguments(p)
     p.add_argument("--draft-deadline-ms", type=int, default=50)
     p.add_argument("--api-key", action="append", default=[], help="accepted API key (repeatable)")
     p.add_argument("--served-model-name", default=None)
+    add_ngram_arguments(p)
     p.set_defaults(handler=_run)
 
 
 def _run(ns: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    options = ngram_options(ns) if ns.speculative_algorithm.lower() == "ngram" else {}
+    budget = resolve_budget(ns, ns.speculative_algorithm, options)
     config = ServeConfig(
         model_path=resolve_model_path(ns.model_path, models_dir()),
         host=ns.host,
@@ -93,13 +97,14 @@ def _run(ns: argparse.Namespace) -> int:
         verifier_port=ns.verifier_port,
         drafter_port=ns.drafter_port,
         algorithm=ns.speculative_algorithm,
-        num_steps=ns.speculative_num_steps,
-        eagle_topk=ns.speculative_eagle_topk,
-        num_draft_tokens=ns.speculative_num_draft_tokens,
+        num_steps=budget.num_steps,
+        eagle_topk=budget.eagle_topk,
+        num_draft_tokens=budget.num_draft_tokens,
         draft_deadline_ms=ns.draft_deadline_ms,
         api_keys=tuple(ns.api_key),
         served_model_name=ns.served_model_name,
         verifier_metrics_port=ns.verifier_metrics_port,
+        drafter_options=options,
     )
     supervisor = Supervisor(services(config))
     supervisor.start_all()
@@ -115,6 +120,7 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
     verifier = ["verifier", *model, "--port", str(c.verifier_port)]
     if c.speculative:
         drafter = ["drafter", "--kind", c.algorithm, *model, "--port", str(c.drafter_port)]
+        drafter += option_arguments(c.drafter_options)
         out.append(ServiceProcess("drafter", drafter, lambda: grpc_serving(drafter_address)))
         verifier += [
             "--drafter-address", drafter_address,

@@ -11,6 +11,9 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from treespec.shared.cli.ngram_flags import add_ngram_arguments, ngram_options
+from treespec.shared.cli.speculation_flags import add_budget_arguments, resolve_budget
+
 if TYPE_CHECKING:
     from treespec.verifier.server.app import VerifierServerConfig
 
@@ -58,15 +61,14 @@ def _speculation_arguments(p: argparse.ArgumentParser) -> None:
         default=NONE,
         help="a drafter run in-process (e.g. RANDOM), or NONE; with --drafter-address only reported",
     )
-    p.add_argument("--speculative-num-steps", type=int, default=5, help="tree depth")
-    p.add_argument("--speculative-eagle-topk", type=int, default=4, help="children per node")
-    p.add_argument("--speculative-num-draft-tokens", type=int, default=8, help="tree nodes, root included")
+    add_budget_arguments(p)
     p.add_argument(
         "--drafter-address",
         default=None,
         help="drafter servers: host:port[,host:port...] or dns:///name:port",
     )
     p.add_argument("--draft-deadline-ms", type=float, default=50.0, help="wait for remote drafts at most")
+    add_ngram_arguments(p)
 
 
 def _algorithm(value: str) -> str:
@@ -89,16 +91,19 @@ def config_from_args(ns: argparse.Namespace) -> VerifierServerConfig:
     from treespec.verifier.server.drafters import DrafterSpec
 
     remote = tuple(a.strip() for a in (ns.drafter_address or "").split(",") if a.strip())
+    options = ngram_options(ns)
     drafter = DrafterSpec(
         algorithm=None if ns.speculative_algorithm == NONE else ns.speculative_algorithm,
         remote_targets=remote,
         deadline_s=ns.draft_deadline_ms / 1000.0,
+        options=options if ns.speculative_algorithm.lower() == "ngram" else {},
     )
+    budget = resolve_budget(ns, ns.speculative_algorithm, options)
     speculation = SpeculationParams(
         enabled=drafter.enabled,
-        num_steps=ns.speculative_num_steps,
-        eagle_topk=ns.speculative_eagle_topk,
-        num_draft_tokens=ns.speculative_num_draft_tokens,
+        num_steps=budget.num_steps,
+        eagle_topk=budget.eagle_topk,
+        num_draft_tokens=budget.num_draft_tokens,
     )
     given = {name: getattr(ns, name) for name in ENGINE_FLAGS if getattr(ns, name) is not None}
     engine = EngineConfig(

@@ -58,3 +58,6 @@ class Drafter(ABC):
     @abstractmethod
     def propose(self, queries: Sequence[DraftQuery]) -> list[TokenTree | None]:
         """One tree (or None: no proposal, plain decoding) per query, in order."""
+
+    def shutdown(self) -> None:  # noqa: B027 (a hook: most drafters hold nothing to release)
+        """Release background resources (threads, connections) when the host stops."""

@@ -10,6 +10,7 @@ from treespec.shared.drafting.drafter import Drafter, DrafterContext
 BUILTIN_DRAFTERS: dict[str, str] = {
     "random": "treespec.drafter.random_tree.drafter:RandomTreeDrafter",
     "oracle": "treespec.drafter.oracle.drafter:OracleDrafter",
+    "ngram": "treespec.drafter.ngram.drafter:NgramDrafter",
 }
 
 

@@ -10,9 +10,10 @@ import torch
 import transformers
 
 from treespec.bench.greedy_match import compare_greedy, hf_next_logits
+from treespec.drafter.ngram.drafter import NgramDrafter
 from treespec.drafter.oracle.drafter import OracleDrafter
 from treespec.drafter.random_tree.drafter import RandomTreeDrafter
-from treespec.shared.drafting.drafter import Drafter
+from treespec.shared.drafting.drafter import Drafter, DrafterContext
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine
@@ -23,11 +24,17 @@ NEW_TOKENS = 64
 
 
 def run(
-    path: Path, model: CausalLM, prompts: list[list[int]], drafter: Drafter | None, **sampling: Any
+    path: Path,
+    model: CausalLM,
+    prompts: list[list[int]],
+    drafter: Drafter | None,
+    *,
+    spec: SpeculationParams | None = None,
+    **sampling: Any,
 ) -> list[list[int]]:
     engine = Engine(EngineConfig(model_path=path, max_total_tokens=8192), drafter, model)
     params = SamplingParams(**{"temperature": 0.0, "max_new_tokens": NEW_TOKENS, **sampling})
-    spec = SpeculationParams(enabled=drafter is not None)
+    spec = spec or SpeculationParams(enabled=drafter is not None)
     results = engine.generate(GenerationRequest(str(i), p, params, spec) for i, p in enumerate(prompts))
     assert engine.num_free_blocks == engine.config.num_blocks
     return [results[str(i)].token_ids for i in range(len(prompts))]
@@ -53,7 +60,7 @@ def test_plain_greedy_reproduces_hf_generate(
         assert match.ok, f"diverged from HF at token {match.diverged_at} (top-2 gap {match.gap})"
 
 
-@pytest.mark.parametrize("kind", ["random", "oracle"])
+@pytest.mark.parametrize("kind", ["random", "oracle", "ngram"])
 def test_speculation_is_lossless_batched(
     smollm_path: Path,
     smollm: CausalLM,
@@ -64,11 +71,19 @@ def test_speculation_is_lossless_batched(
 ) -> None:
     vocab = smollm.config.vocab_size
     drafter: Drafter
+    budget = None
     if kind == "random":
         drafter = RandomTreeDrafter(vocab, seed=0)
-    else:
+    elif kind == "oracle":
         drafter = OracleDrafter({tuple(p): o for p, o in zip(bench_prompt_ids, plain, strict=True)}, vocab)
-    spec = run(smollm_path, smollm, bench_prompt_ids, drafter)
+    else:
+        drafter = NgramDrafter.create(DrafterContext(vocab, smollm_path))
+        b = drafter.config.default_budget()
+        budget = SpeculationParams(
+            num_draft_tokens=b.num_draft_tokens, num_steps=b.num_steps, eagle_topk=b.topk
+        )
+    spec = run(smollm_path, smollm, bench_prompt_ids, drafter, spec=budget)
+    drafter.shutdown()
     next_logits = hf_next_logits(smollm_hf)
     for prompt, got, want in zip(bench_prompt_ids, spec, plain, strict=True):
         match = compare_greedy(prompt, got, want, next_logits)
@@ -79,7 +94,7 @@ def test_sampling_with_a_seed_reproduces(
     smollm_path: Path, smollm: CausalLM, bench_prompt_ids: list[list[int]]
 ) -> None:
     prompts = bench_prompt_ids[:3]
-    kw = dict(temperature=0.8, top_p=0.95, seed=1234)
+    kw: dict[str, Any] = dict(temperature=0.8, top_p=0.95, seed=1234)
     a = run(
         smollm_path,
         smollm,

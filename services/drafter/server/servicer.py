@@ -51,8 +51,9 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
             self._submit(session.close_all)
 
     def shutdown(self) -> None:
-        """After the server stopped: let the queued closes run, then end the plugin thread."""
+        """After the server stopped: let the queued closes run, end the plugin thread, then the plugin."""
         self._executor.shutdown(wait=True)
+        self._plugin.shutdown()
 
     async def _handle(
         self, session: DraftSession, message: drafter_pb2.DraftRequest

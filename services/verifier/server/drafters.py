@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from treespec.shared.drafting.drafter import Drafter, DrafterContext
 from treespec.shared.drafting.registry import create_drafter
@@ -14,11 +15,12 @@ from treespec.shared.drafting.registry import create_drafter
 class DrafterSpec:
     """`remote_targets` (host:port addresses, or one `dns:///name:port`): drafts come from drafter
     servers, which run the algorithm (`algorithm` is then only reported). Otherwise `algorithm` is
-    a registry name run in-process; None: plain decoding."""
+    a registry name run in-process (with `options`, the plugin's settings); None: plain decoding."""
 
     algorithm: str | None = None
     remote_targets: tuple[str, ...] = ()
     deadline_s: float = 0.05
+    options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def enabled(self) -> bool:
@@ -48,8 +50,9 @@ def build_drafter(spec: DrafterSpec, vocab_size: int, target_path: Path) -> Buil
         remote = RemoteDrafter(targets, deadline_s=spec.deadline_s)
         return BuiltDrafter(remote, remote.shutdown)
     if spec.algorithm is not None:
-        context = DrafterContext(vocab_size=vocab_size, target_path=target_path)
-        return BuiltDrafter(create_drafter(spec.algorithm, context), _nothing)
+        context = DrafterContext(vocab_size=vocab_size, target_path=target_path, options=dict(spec.options))
+        drafter = create_drafter(spec.algorithm, context)
+        return BuiltDrafter(drafter, drafter.shutdown)
     return BuiltDrafter(None, _nothing)
 
 

@@ -1,0 +1,182 @@
+"""What the in-process benchmarks (`bench engine`, `bench ngram`) share: their arguments, timed runs of
+the engine and of HF generate, the greedy check under the near-tie rule, and the reported setup."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Self
+
+import torch
+import transformers
+
+from treespec.bench.greedy_match import NextLogits, compare_greedy
+from treespec.bench.prompts import BenchPrompt, chat_prompt_ids, default_prompts_path
+from treespec.bench.report import format_table, write_json
+from treespec.bench.throughput import Throughput
+from treespec.shared.model.store import models_dir, resolve_model_path
+from treespec.verifier.engine import Engine, GenerationResult
+from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
+
+WARM_UP_TEXT = "Hello!"
+WARM_UP_TOKENS = 8
+
+
+@dataclass(frozen=True)
+class BenchArgs:
+    """The common bench arguments plus --threads; subclasses add their own fields."""
+
+    model: Path
+    prompts: Path
+    per_category: int | None
+    max_new_tokens: int
+    json_path: Path | None
+    threads: int
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> Self:
+        return cls(**cls._fields(ns))
+
+    @classmethod
+    def _fields(cls, ns: argparse.Namespace) -> dict[str, Any]:
+        return {
+            "model": resolve_model_path(ns.model, models_dir()),
+            "prompts": Path(ns.prompts) if ns.prompts else default_prompts_path(),
+            "per_category": 2 if ns.quick else ns.per_category,
+            "max_new_tokens": ns.max_new_tokens,
+            "json_path": Path(ns.json) if ns.json else None,
+            "threads": ns.threads or torch.get_num_threads(),
+        }
+
+
+def emit(payload: dict[str, Any], text: str, json_path: Path | None) -> None:
+    """The rendered table on stdout, and the payload as JSON where asked."""
+    print(text)
+    if json_path:
+        write_json(json_path, payload)
+        print(f"\nwrote {json_path}")
+
+
+def request(rid: str, ids: list[int], n: int, spec: SpeculationParams | None) -> GenerationRequest:
+    """Greedy, `n` new tokens; `spec` None: plain decoding."""
+    speculation = spec or SpeculationParams(enabled=False)
+    return GenerationRequest(rid, ids, SamplingParams(temperature=0.0, max_new_tokens=n), speculation)
+
+
+def hf_generate(model: transformers.PreTrainedModel, ids: list[int], n: int, **kwargs: Any) -> list[int]:
+    """HF greedy generate (`kwargs`: more generate options); the new tokens."""
+    with torch.no_grad():
+        out = model.generate(  # type: ignore[operator]
+            torch.tensor([ids]), max_new_tokens=n, do_sample=False, **kwargs
+        )
+    return list(out[0, len(ids) :].tolist())
+
+
+def warm_up(
+    tokenizer: transformers.PreTrainedTokenizerBase,
+    hf: transformers.PreTrainedModel,
+    *engines: tuple[Engine, SpeculationParams | None],
+    **hf_kwargs: Any,
+) -> None:
+    """One short generation with HF (`hf_kwargs`: its generate options) and with each engine."""
+    ids = chat_prompt_ids(tokenizer, WARM_UP_TEXT)
+    hf_generate(hf, ids, WARM_UP_TOKENS, **hf_kwargs)
+    for i, (engine, spec) in enumerate(engines):
+        engine.generate([request(f"warm-{i}", ids, WARM_UP_TOKENS, spec)])
+
+
+def time_hf(
+    model: transformers.PreTrainedModel,
+    ids: list[int],
+    n: int,
+    tally: Throughput,
+    method: str,
+    category: str,
+    **kwargs: Any,
+) -> list[int]:
+    start = time.perf_counter()
+    tokens = hf_generate(model, ids, n, **kwargs)
+    tally.add(method, category, len(tokens), time.perf_counter() - start)
+    return tokens
+
+
+def time_engine(
+    engine: Engine,
+    rid: str,
+    ids: list[int],
+    n: int,
+    tally: Throughput,
+    method: str,
+    category: str,
+    spec: SpeculationParams | None,
+) -> GenerationResult:
+    start = time.perf_counter()
+    result = engine.generate([request(rid, ids, n, spec)])[rid]
+    seconds = time.perf_counter() - start
+    stats = result.stats
+    tally.add(method, category, len(result.token_ids), seconds, stats.verify_steps, stats.committed_tokens)
+    return result
+
+
+@dataclass
+class GreedyCheck:
+    """Greedy continuations compared prompt by prompt under the near-tie rule."""
+
+    next_logits: NextLogits  # the reference model's, for the top-2 gap at a divergence
+    mismatches: list[dict[str, Any]] = field(default_factory=list)
+    near_ties: int = 0
+
+    def check(self, prompt: BenchPrompt, ids: list[int], got: Sequence[int], want: Sequence[int]) -> None:
+        match = compare_greedy(ids, got, want, self.next_logits)
+        self.near_ties += int(not match.identical and match.ok)
+        if not match.ok:
+            self.mismatches.append(
+                {"question_id": prompt.question_id, "diverged_at": match.diverged_at, "gap": match.gap}
+            )
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "identical": not self.mismatches,
+            "near_tie_divergences": self.near_ties,
+            "mismatches": self.mismatches,
+        }
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b else 0.0
+
+
+def render(p: dict[str, Any], header: Sequence[str], keys: Sequence[str], ratios: str, claim: str) -> str:
+    """A row per category and the overall one (name, prompts, then `keys` of each) under `header`;
+    then the `ratios` line and whether `claim` holds under the near-tie rule."""
+    rows = [[c, v["prompts"], *(v[k] for k in keys)] for c, v in p["per_category"].items()]
+    rows.append(["overall", p["setup"]["prompts"], *(p[k] for k in keys)])
+    identical = (
+        f"{claim} (near-tie rule): {p['identical']} ({p['near_tie_divergences']} near-tie divergences)"
+    )
+    return "\n".join([format_table(header, rows), "", ratios, identical])
+
+
+def setup(args: BenchArgs, prompts: int, **extra: Any) -> dict[str, Any]:
+    """Batch size 1, temperature 0, the model, the machine; `extra` after the temperature."""
+    return {
+        "model": str(args.model),
+        "prompts": prompts,
+        "max_new_tokens": args.max_new_tokens,
+        "batch_size": 1,
+        "temperature": 0.0,
+        **extra,
+        "torch_threads": args.threads,
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "cpu_count": cpu_count(),
+    }
+
+
+def cpu_count() -> int:
+    return len(os.sched_getaffinity(0))

@@ -1,0 +1,66 @@
+"""How likely is a drafted node to be accepted? Learned online from what the verifier committed.
+
+An n-gram match carries no probability of its own, yet each extra tree node costs verify work. The
+drafter therefore estimates, per kind of node, P(node accepted | its parent accepted) from past
+outcomes, and keeps only nodes whose path probability is worth their cost. Kinds: the source and
+strength of the match that proposed the node, its depth and its rank among its siblings.
+
+Estimates are Beta posteriors: a drafter-wide one learns from all traffic, and a per-request one
+starts from the drafter-wide mean and adapts to the request (copying text vs. free writing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+NodeKind = tuple[int, int, int]  # (match bucket, depth, sibling rank), each capped
+
+MAX_DEPTH_BUCKET = 8
+MAX_RANK_BUCKET = 2
+PRIOR_MEAN = 0.4  # before any outcome: worth trying, not trusted
+PRIOR_STRENGTH = 2.0  # pseudo-outcomes behind the drafter-wide prior
+REQUEST_PRIOR_STRENGTH = 6.0  # pseudo-outcomes of the drafter-wide mean behind a request's estimate
+
+
+def node_kind(bucket: int, depth: int, rank: int) -> NodeKind:
+    return (bucket, min(depth, MAX_DEPTH_BUCKET), min(rank, MAX_RANK_BUCKET))
+
+
+@dataclass
+class _Counts:
+    accepted: float = 0.0
+    trials: float = 0.0
+
+
+@dataclass
+class AcceptanceModel:
+    """Outcome counts per node kind; `parent` (the drafter-wide model) supplies the prior mean."""
+
+    parent: AcceptanceModel | None = None
+    prior_strength: float = PRIOR_STRENGTH
+    _counts: dict[NodeKind, _Counts] = field(default_factory=dict)
+
+    def child(self) -> AcceptanceModel:
+        return AcceptanceModel(parent=self, prior_strength=REQUEST_PRIOR_STRENGTH)
+
+    def probability(self, kind: NodeKind) -> float:
+        prior = self.parent.probability(kind) if self.parent is not None else PRIOR_MEAN
+        counts = self._counts.get(kind)
+        if counts is None:
+            return prior
+        return (counts.accepted + prior * self.prior_strength) / (counts.trials + self.prior_strength)
+
+    def observe(self, outcomes: Iterable[tuple[NodeKind, bool]]) -> None:
+        """Each outcome: a node whose parent was accepted, and whether it was accepted itself."""
+        for kind, accepted in outcomes:
+            for model in self._lineage():
+                counts = model._counts.setdefault(kind, _Counts())
+                counts.trials += 1
+                counts.accepted += float(accepted)
+
+    def _lineage(self) -> Iterable[AcceptanceModel]:
+        model: AcceptanceModel | None = self
+        while model is not None:
+            yield model
+            model = model.parent

@@ -1,0 +1,145 @@
+"""Token trees from candidate continuations: merge them into a trie, then pick nodes.
+
+BFS (SGLang's default) walks level by level, letting each node keep fewer children as depth grows
+(from max to min BFS breadth). PROB keeps the nodes with the highest estimated path probability.
+Both stop at the node budget, the depth limit and at nodes whose estimated path probability falls
+below `min_path_prob` (a node that will likely be rejected costs a verify row for nothing).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from treespec.drafter.ngram.calibration import NodeKind, node_kind
+from treespec.drafter.ngram.candidates import MEMORY_BUCKET_BASE, Candidate
+from treespec.shared.drafting.token_tree import TokenTree, TreeBudget
+
+Estimator = Callable[[NodeKind], float]
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    match_type: str  # "BFS" or "PROB"
+    min_bfs_breadth: int
+    max_bfs_breadth: int
+    min_path_prob: float
+
+
+@dataclass
+class _TrieNode:
+    token: int
+    weight: float = 0.0
+    bucket: int = 0  # the strongest kind of match through this node
+    children: dict[int, _TrieNode] = field(default_factory=dict)
+
+    def ranked_children(self) -> list[_TrieNode]:
+        return sorted(self.children.values(), key=lambda c: -c.weight)
+
+
+@dataclass
+class DraftedTree:
+    """The chosen tree and, per node, its kind (so that outcomes can be learned from)."""
+
+    tree: TokenTree
+    kinds: list[NodeKind | None]  # None for the root
+
+
+def build_tree(
+    root_token: int,
+    candidates: Sequence[Candidate],
+    budget: TreeBudget,
+    shape: TreeShape,
+    estimate: Estimator,
+) -> DraftedTree | None:
+    max_depth = budget.num_steps
+    if budget.num_draft_tokens < 2 or max_depth < 1 or not candidates:
+        return None
+    trie = _trie(root_token, candidates, max_depth)
+    select = _select_bfs if shape.match_type.upper() == "BFS" else _select_prob
+    tokens, parents, kinds = select(trie, budget, shape, estimate)
+    if len(tokens) < 2:
+        return None
+    tree = TokenTree(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long))
+    return DraftedTree(tree, kinds)
+
+
+def _trie(root_token: int, candidates: Sequence[Candidate], max_depth: int) -> _TrieNode:
+    root = _TrieNode(root_token)
+    for candidate in candidates:
+        node = root
+        for token in candidate.tokens[:max_depth]:
+            node = node.children.setdefault(token, _TrieNode(token))
+            node.weight += candidate.weight
+            node.bucket = max(node.bucket, candidate.bucket, key=_bucket_strength)
+    return root
+
+
+def _bucket_strength(bucket: int) -> tuple[int, int]:
+    """Local matches first, then longer windows (see candidates.py for the numbering)."""
+    return (int(bucket < MEMORY_BUCKET_BASE), bucket % MEMORY_BUCKET_BASE)
+
+
+def _breadth(depth: int, max_depth: int, shape: TreeShape) -> int:
+    if max_depth <= 1:
+        return shape.max_bfs_breadth
+    span = shape.max_bfs_breadth - shape.min_bfs_breadth
+    return round(shape.max_bfs_breadth - span * (depth - 1) / (max_depth - 1))
+
+
+_Picked = tuple[list[int], list[int], list[NodeKind | None]]
+
+
+def _select_bfs(trie: _TrieNode, budget: TreeBudget, shape: TreeShape, estimate: Estimator) -> _Picked:
+    tokens, parents = [trie.token], [-1]
+    kinds: list[NodeKind | None] = [None]
+    level: list[tuple[_TrieNode, int, float]] = [(trie, 0, 1.0)]  # (trie node, tree index, path prob)
+    for depth in range(1, budget.num_steps + 1):
+        breadth = min(_breadth(depth, budget.num_steps, shape), budget.topk)
+        next_level: list[tuple[_TrieNode, int, float]] = []
+        for node, index, path_prob in level:
+            for rank, child in enumerate(node.ranked_children()[:breadth]):
+                kind = node_kind(child.bucket, depth, rank)
+                prob = path_prob * estimate(kind)
+                if prob < shape.min_path_prob or len(tokens) >= budget.num_draft_tokens:
+                    break
+                tokens.append(child.token)
+                parents.append(index)
+                kinds.append(kind)
+                next_level.append((child, len(tokens) - 1, prob))
+        level = sorted(next_level, key=lambda item: -item[2])
+        if not level:
+            break
+    return tokens, parents, kinds
+
+
+def _select_prob(trie: _TrieNode, budget: TreeBudget, shape: TreeShape, estimate: Estimator) -> _Picked:
+    """Best-first by path probability; a child's never exceeds its parent's, so parents come first."""
+    tokens, parents = [trie.token], [-1]
+    kinds: list[NodeKind | None] = [None]
+    # (-path prob, tiebreak, parent index, depth, kind, trie node)
+    heap: list[tuple[float, int, int, int, NodeKind, _TrieNode]] = []
+    counter = 0
+
+    def push_children(node: _TrieNode, index: int, depth: int, path_prob: float) -> None:
+        nonlocal counter
+        if depth > budget.num_steps:
+            return
+        for rank, child in enumerate(node.ranked_children()[: budget.topk]):
+            kind = node_kind(child.bucket, depth, rank)
+            heapq.heappush(heap, (-path_prob * estimate(kind), counter, index, depth, kind, child))
+            counter += 1
+
+    push_children(trie, 0, 1, 1.0)
+    while heap and len(tokens) < budget.num_draft_tokens:
+        neg_prob, _, parent, depth, kind, node = heapq.heappop(heap)
+        if -neg_prob < shape.min_path_prob:
+            break
+        tokens.append(node.token)
+        parents.append(parent)
+        kinds.append(kind)
+        push_children(node, len(tokens) - 1, depth + 1, -neg_prob)
+    return tokens, parents, kinds

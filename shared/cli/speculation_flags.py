@@ -1,0 +1,66 @@
+"""SGLang's tree-budget flags, whose defaults depend on the algorithm (the n-gram drafter's are its own)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any
+
+GENERIC_DEFAULTS = (5, 4, 8)  # num_steps, eagle_topk, num_draft_tokens (SGLang's)
+
+
+@dataclass(frozen=True)
+class BudgetFlags:
+    num_steps: int
+    eagle_topk: int
+    num_draft_tokens: int
+
+
+def add_budget_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--speculative-num-steps", type=int, help="tree depth (default: 5; NGRAM: num_draft_tokens - 1)"
+    )
+    parser.add_argument(
+        "--speculative-eagle-topk",
+        type=int,
+        help="children per node (default: 4; NGRAM: --speculative-ngram-max-bfs-breadth)",
+    )
+    parser.add_argument(
+        "--speculative-num-draft-tokens",
+        type=int,
+        help="tree nodes, root included (default: 8; NGRAM: --speculative-ngram-max-match-window-size)",
+    )
+
+
+def resolve_budget(ns: argparse.Namespace, algorithm: str, ngram_options: dict[str, Any]) -> BudgetFlags:
+    """The flags given, else the algorithm's defaults."""
+    return default_budget(
+        algorithm,
+        ngram_options,
+        num_steps=ns.speculative_num_steps,
+        eagle_topk=ns.speculative_eagle_topk,
+        num_draft_tokens=ns.speculative_num_draft_tokens,
+    )
+
+
+def default_budget(
+    algorithm: str,
+    ngram_options: dict[str, Any] | None = None,
+    num_steps: int | None = None,
+    eagle_topk: int | None = None,
+    num_draft_tokens: int | None = None,
+) -> BudgetFlags:
+    """Values given win; the rest are the algorithm's defaults. NGRAM (as SGLang): num_draft_tokens is
+    the max match window, the depth may use all of it (a chain), the breadth is the max BFS breadth."""
+    steps, topk, nodes = GENERIC_DEFAULTS
+    if algorithm.lower() == "ngram":
+        from treespec.drafter.ngram.config import NgramConfig
+
+        budget = NgramConfig.from_options(ngram_options or {}).default_budget()
+        nodes = num_draft_tokens or budget.num_draft_tokens
+        steps, topk = nodes - 1, budget.topk
+    return BudgetFlags(
+        num_steps=steps if num_steps is None else num_steps,
+        eagle_topk=topk if eagle_topk is None else eagle_topk,
+        num_draft_tokens=nodes if num_draft_tokens is None else num_draft_tokens,
+    )

@@ -1,0 +1,139 @@
+"""Trees from candidates: exact shapes for crafted inputs, budgets, parents before children."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import pytest
+
+from treespec.drafter.ngram.calibration import AcceptanceModel, NodeKind, node_kind
+from treespec.drafter.ngram.candidates import Candidate, local_bucket
+from treespec.drafter.ngram.outcomes import tree_outcomes
+from treespec.drafter.ngram.tree_builder import DraftedTree, TreeShape, build_tree
+from treespec.kernels.tree_mask import validate_tree
+from treespec.shared.drafting.token_tree import TreeBudget
+
+
+def always(p: float) -> Callable[[NodeKind], float]:
+    return lambda kind: p
+
+
+def shape(match_type: str = "BFS", min_b: int = 1, max_b: int = 10, min_prob: float = 0.0) -> TreeShape:
+    return TreeShape(match_type, min_b, max_b, min_prob)
+
+
+def edges(drafted: DraftedTree | None) -> list[tuple[int, int]]:
+    assert drafted is not None
+    tokens, parents = drafted.tree.tokens.tolist(), drafted.tree.parents.tolist()
+    return [(tokens[p] if p >= 0 else -1, t) for t, p in zip(tokens, parents, strict=True)]
+
+
+def test_single_match_is_a_chain_cut_by_depth() -> None:
+    drafted = build_tree(9, [Candidate((1, 2, 3, 4, 5), 3.0, 2)], TreeBudget(8, 3, 4), shape(), always(0.9))
+    assert edges(drafted) == [(-1, 9), (9, 1), (1, 2), (2, 3)]
+
+
+def test_shared_prefixes_merge_and_heavier_branches_come_first() -> None:
+    candidates = [Candidate((1, 2, 3), 2.0, 1), Candidate((1, 4), 5.0, 4), Candidate((6, 7), 1.0, 1)]
+    drafted = build_tree(0, candidates, TreeBudget(8, 3, 4), shape(), always(0.9))
+    # level 1: 1 (weight 7) then 6; level 2: under 1: 4 (5.0) then 2 (2.0), under 6: 7; level 3: 3
+    assert edges(drafted) == [(-1, 0), (0, 1), (0, 6), (1, 4), (1, 2), (6, 7), (2, 3)]
+    assert drafted is not None and drafted.kinds[1] == node_kind(4, 1, 0)  # strongest match through it
+
+
+def test_bfs_breadth_shrinks_with_depth() -> None:
+    # a full 4-ary trie of depth 3; breadth goes 3 -> 2 -> 1 over the three levels
+    candidates = [
+        Candidate((a, 10 + b, 20 + c), 1.0, 1) for a in range(4) for b in range(4) for c in range(4)
+    ]
+    drafted = build_tree(99, candidates, TreeBudget(64, 3, 4), shape(min_b=1, max_b=3), always(1.0))
+    assert drafted is not None
+    depth_of = [0]
+    parents = drafted.tree.parents.tolist()
+    for p in parents[1:]:
+        depth_of.append(depth_of[p] + 1)
+    per_parent: dict[int, int] = {}
+    for p in parents[1:]:
+        per_parent[p] = per_parent.get(p, 0) + 1
+    assert {depth_of[p]: n for p, n in per_parent.items()} == {0: 3, 1: 2, 2: 1}
+    assert len(parents) == 1 + 3 + 3 * 2 + 3 * 2 * 1
+
+
+def test_prob_picks_most_likely_paths_first() -> None:
+    def estimate(kind: NodeKind) -> float:
+        return {0: 0.9, 1: 0.3}.get(kind[2], 0.1)  # by sibling rank
+
+    candidates = [Candidate((1, 2, 3), 5.0, 1), Candidate((4, 5), 1.0, 1)]
+    drafted = build_tree(0, candidates, TreeBudget(4, 5, 4), shape("PROB"), estimate)
+    # path probs: 1: .9, 2: .81, 3: .729, 4: .3 -> the 3 best nodes are the chain
+    assert edges(drafted) == [(-1, 0), (0, 1), (1, 2), (2, 3)]
+
+
+def test_unlikely_nodes_are_left_out() -> None:
+    candidates = [Candidate((1, 2, 3, 4), 1.0, 1)]
+    drafted = build_tree(0, candidates, TreeBudget(8, 5, 4), shape(min_prob=0.3), always(0.6))
+    assert edges(drafted) == [(-1, 0), (0, 1), (1, 2)]  # 0.6, 0.36, then 0.216 < 0.3
+    assert build_tree(0, candidates, TreeBudget(8, 5, 4), shape(min_prob=0.7), always(0.6)) is None
+
+
+def test_no_candidates_or_no_room_means_no_tree() -> None:
+    assert build_tree(0, [], TreeBudget(8, 5, 4), shape(), always(1.0)) is None
+    assert build_tree(0, [Candidate((1,), 1.0, 1)], TreeBudget(1, 5, 4), shape(), always(1.0)) is None
+    assert build_tree(0, [Candidate((1,), 1.0, 1)], TreeBudget(8, 0, 4), shape(), always(1.0)) is None
+
+
+@pytest.mark.parametrize("match_type", ["BFS", "PROB"])
+def test_random_inputs_respect_every_budget(match_type: str) -> None:
+    rng = random.Random(0)
+    for _ in range(300):
+        budget = TreeBudget(rng.randint(1, 16), rng.randint(0, 8), rng.randint(1, 5))
+        candidates = [
+            Candidate(
+                tuple(rng.randrange(6) for _ in range(rng.randint(1, 10))),
+                rng.random() * 5,
+                rng.randint(1, 16),
+            )
+            for _ in range(rng.randint(0, 12))
+        ]
+        min_b = rng.randint(1, 4)
+        drafted = build_tree(
+            3, candidates, budget, shape(match_type, min_b, min_b + rng.randint(0, 6)), always(rng.random())
+        )
+        if drafted is None:
+            continue
+        tree = drafted.tree
+        problem = validate_tree(
+            tree.tokens,
+            tree.parents,
+            None,
+            vocab_size=6,
+            max_nodes=budget.num_draft_tokens,
+            max_depth=budget.num_steps,
+            max_children=budget.topk,
+        )
+        assert problem is None, problem
+        assert int(tree.tokens[0]) == 3
+        assert all(0 <= p < i for i, p in enumerate(tree.parents.tolist()[1:], start=1))
+
+
+def test_outcomes_follow_the_committed_path() -> None:
+    candidates = [Candidate((1, 2, 3), 2.0, 2), Candidate((4,), 1.0, 1)]
+    drafted = build_tree(0, candidates, TreeBudget(8, 3, 4), shape(), always(0.9))
+    assert drafted is not None
+    # accepted 1 then 2, bonus 7: outcomes for 1 (yes), 4 (no), 2 (yes), 3 (no)
+    outcomes = tree_outcomes(drafted, [1, 2, 7])
+    assert [(kind[1], ok) for kind, ok in outcomes] == [(1, True), (1, False), (2, True), (3, False)]
+    assert tree_outcomes(drafted, [5]) == [(node_kind(2, 1, 0), False), (node_kind(1, 1, 1), False)]
+
+
+def test_acceptance_model_learns_per_request_from_a_shared_prior() -> None:
+    shared = AcceptanceModel()
+    kind = node_kind(local_bucket(3), 1, 0)
+    first = shared.child()
+    first.observe([(kind, False)] * 50)
+    assert shared.probability(kind) < 0.1  # the drafter-wide estimate learned from the first request
+    second = shared.child()
+    assert second.probability(kind) == pytest.approx(shared.probability(kind))
+    second.observe([(kind, True)] * 20)
+    assert second.probability(kind) > 0.6 > shared.probability(kind)  # the request adapts quickly
