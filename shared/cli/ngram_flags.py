@@ -7,6 +7,7 @@ only the flags given become plugin options, so that `treespec serve` forwards ex
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 # flag suffix -> (option name, type, help)
@@ -53,6 +54,4 @@ def ngram_options(ns: argparse.Namespace) -> dict[str, Any]:
 
 def option_arguments(options: dict[str, Any]) -> list[str]:
     """The same options as `--option key=value` arguments of `treespec drafter`."""
-    import json
-
     return [arg for key, value in options.items() for arg in ("--option", f"{key}={json.dumps(value)}")]
