@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from treespec.kernels.kv_compaction import compact_kv
 from treespec.shared.drafting.drafter import Drafter
+from treespec.shared.drafting.features import FeatureSlots
 from treespec.shared.model.kv_cache import KVCache
+from treespec.verifier.feature_publisher import FeaturePublisher
 from treespec.verifier.forward_stage import ForwardResult
 from treespec.verifier.request import FinishReason, RequestOutput
 from treespec.verifier.state import RequestState
@@ -45,13 +47,16 @@ class CommitStage:
     stop_rules: StopRules
     drafter: Drafter | None
     totals: SpecStats
+    publisher: FeaturePublisher = field(default_factory=FeaturePublisher)
 
     def run(self, result: ForwardResult, verdicts: list[Verdict]) -> list[RequestOutput]:
+        ring = self.drafter.feature_ring if self.drafter is not None else None
+        features = self.publisher.publish(ring, result, verdicts) if ring is not None else {}
         self._compact(verdicts)
         for item in result.items:
             if item.tree is None:  # a prefill chunk that leaves more prompt for later steps
                 item.state.kv_len += item.num_new
-        return [self._commit(v) for v in verdicts]
+        return [self._commit(v, features.get(v.item.state.request_id)) for v in verdicts]
 
     def _compact(self, verdicts: list[Verdict]) -> None:
         """Accepted node path[j] sits in scratch slot kv_len + path[j]; it belongs at kv_len + j."""
@@ -69,7 +74,7 @@ class CommitStage:
             device = self.cache.k.device
             compact_kv(k, vv, torch.cat(src).to(device), torch.cat(dst).to(device))
 
-    def _commit(self, verdict: Verdict) -> RequestOutput:
+    def _commit(self, verdict: Verdict, features: FeatureSlots | None) -> RequestOutput:
         item, acceptance = verdict.item, verdict.acceptance
         state = item.state
         assert item.tree is not None
@@ -82,9 +87,10 @@ class CommitStage:
             )
         state.finish_reason = finish
         if finish is None and self.drafter is not None:
-            self._tell_drafter(state.request_id, emitted)
+            self._tell_drafter(state.request_id, emitted, features)
         if finish is not None:
             self.totals.merge(state.stats)
+            self.publisher.forget(state.request_id)
         return RequestOutput(
             request_id=state.request_id,
             token_ids=emitted,
@@ -93,9 +99,9 @@ class CommitStage:
             stats=state.stats if finish is not None else None,
         )
 
-    def _tell_drafter(self, request_id: str, tokens: list[int]) -> None:
+    def _tell_drafter(self, request_id: str, tokens: list[int], features: FeatureSlots | None) -> None:
         assert self.drafter is not None
         try:
-            self.drafter.commit(request_id, tokens)
+            self.drafter.commit(request_id, tokens, features)
         except Exception as exc:  # the drafter's trouble never reaches the request
             log.warning("drafter commit failed for %s: %r", request_id, exc)

@@ -110,7 +110,8 @@ class Engine:
         if batch.empty:
             return outputs
         trees = self._draft.trees(batch.decodes)
-        result = self._forward.run(batch, trees)
+        ring = self.drafter.feature_ring if self.drafter is not None else None
+        result = self._forward.run(batch, trees, ring.spec if ring is not None else None)
         for out in self._commit.run(result, verify(result)):
             outputs.append(out)
             if out.finished:
@@ -185,6 +186,7 @@ class Engine:
         return outputs
 
     def _finish(self, state: RequestState) -> None:
+        self._commit.publisher.forget(state.request_id)
         self.scheduler.remove(state)
         state.phase = Phase.FINISHED
         del self._states[state.request_id]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from treespec.kernels.tree_mask import tree_depths
+from treespec.shared.drafting.features import FeatureSpec
 from treespec.shared.drafting.token_tree import TokenTree
 from treespec.shared.model.attention.backend import AttentionBackend
 from treespec.shared.model.attention.layout import BatchLayout, SequenceLayout
@@ -29,12 +30,14 @@ class ForwardItem:
     logits_start: int
     kv_slots: torch.Tensor  # [kv_len + num_new] long: flat slot of each logical position
     tree_depth: int = 0  # depth of the deepest drafted node (0: no draft)
+    token_start: int = 0  # first row of this item's tokens in the forward
 
 
 @dataclass(frozen=True)
 class ForwardResult:
     items: list[ForwardItem]
     logits: torch.Tensor  # [R, vocab] float32, rows in item order
+    features: torch.Tensor | None = None  # [T, spec.width]: every token row, when a spec asked for them
 
 
 def slots_of(blocks: list[int], num_slots: int, block_size: int) -> torch.Tensor:
@@ -49,14 +52,16 @@ class ForwardStage:
     cache: KVCache
     backend: AttentionBackend
 
-    def run(self, batch: ScheduledBatch, trees: dict[str, TokenTree]) -> ForwardResult:
+    def run(
+        self, batch: ScheduledBatch, trees: dict[str, TokenTree], features: FeatureSpec | None = None
+    ) -> ForwardResult:
         items: list[ForwardItem] = []
         layouts: list[SequenceLayout] = []
         ids: list[torch.Tensor] = []
         rows: list[torch.Tensor] = []
         num_tokens = num_rows = 0
         for item, layout, new_ids in self._prefills(batch) + self._decodes(batch, trees):
-            items.append(dataclasses.replace(item, logits_start=num_rows))
+            items.append(dataclasses.replace(item, logits_start=num_rows, token_start=num_tokens))
             layouts.append(layout)
             ids.append(new_ids)
             if item.tree is not None:
@@ -67,6 +72,7 @@ class ForwardStage:
         device = self.model.device
         layout_all = BatchLayout(layouts)
         plan = self.backend.plan(layout_all, device)
+        capture = None if features is None else features.capture(torch.arange(num_tokens, device=device))
         out = self.model.forward(
             torch.cat(ids).to(device),
             layout_all.positions().to(device),
@@ -74,8 +80,10 @@ class ForwardStage:
             plan,
             self.cache,
             torch.cat(rows).to(device) if rows else torch.empty(0, dtype=torch.long, device=device),
+            capture,
         )
-        return ForwardResult(items, out.logits)
+        published = None if features is None else features.select(out.hidden, out.aux_hidden)
+        return ForwardResult(items, out.logits, published)
 
     def _prefills(self, batch: ScheduledBatch) -> list[tuple[ForwardItem, SequenceLayout, torch.Tensor]]:
         parts = []

@@ -10,6 +10,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from treespec.shared.drafting.drafter import Drafter, DraftQuery
+from treespec.shared.drafting.features import FeatureSlots
 from treespec.shared.drafting.token_tree import TokenTree
 from treespec.shared.rpc.tree_codec import budget_to_proto, tree_from_proto
 from treespec.v1 import drafter_pb2
@@ -73,7 +74,7 @@ class RemoteDrafter(Drafter):
             self._tracks[request_id] = track
             self._assign(request_id, track, self._loads())
 
-    def commit(self, request_id: str, tokens: Sequence[int]) -> None:
+    def commit(self, request_id: str, tokens: Sequence[int], features: FeatureSlots | None = None) -> None:
         with self._lock:
             track = self._tracks.get(request_id)
             if track is None or not tokens:

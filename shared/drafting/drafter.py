@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from treespec.shared.drafting.features import FeatureRing, FeatureSlots
 from treespec.shared.drafting.token_tree import TokenTree, TreeBudget
 
 
@@ -50,7 +51,9 @@ class Drafter(ABC):
         for drafters that record spans of their own."""
 
     @abstractmethod
-    def commit(self, request_id: str, tokens: Sequence[int]) -> None: ...
+    def commit(self, request_id: str, tokens: Sequence[int], features: FeatureSlots | None = None) -> None:
+        """`tokens` were committed. `features` (only for a drafter with a `feature_ring`): where the
+        target's features of the positions new since the last commit lie in that ring."""
 
     @abstractmethod
     def close(self, request_id: str) -> None: ...
@@ -58,6 +61,12 @@ class Drafter(ABC):
     @abstractmethod
     def propose(self, queries: Sequence[DraftQuery]) -> list[TokenTree | None]:
         """One tree (or None: no proposal, plain decoding) per query, in order."""
+
+    @property
+    def feature_ring(self) -> FeatureRing | None:
+        """Where the verifier publishes the target's features for this drafter (None: it reads none).
+        Read every step: a co-located drafter's ring appears once its process has connected."""
+        return None
 
     def shutdown(self) -> None:  # noqa: B027 (a hook: most drafters hold nothing to release)
         """Release background resources (threads, connections) when the host stops."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from treespec.drafter.random_tree.drafter import RandomTreeDrafter
 from treespec.shared.drafting.drafter import Drafter, DraftQuery
+from treespec.shared.drafting.features import FeatureSlots
 from treespec.shared.drafting.token_tree import TokenTree
 
 
@@ -33,7 +34,7 @@ class RecordingDrafter(Drafter):
         self._record(Call("open", request_id, tuple(prompt)))
         self.inner.open(request_id, prompt, trace_context)
 
-    def commit(self, request_id: str, tokens: Sequence[int]) -> None:
+    def commit(self, request_id: str, tokens: Sequence[int], features: FeatureSlots | None = None) -> None:
         self._record(Call("commit", request_id, tuple(tokens)))
         self.inner.commit(request_id, tokens)
 

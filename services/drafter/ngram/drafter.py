@@ -24,6 +24,7 @@ from treespec.drafter.ngram.observations import ObservationCursor
 from treespec.drafter.ngram.outcomes import tree_outcomes
 from treespec.drafter.ngram.tree_builder import DraftedTree, TreeShape, build_tree
 from treespec.shared.drafting.drafter import Drafter, DrafterContext, DraftQuery
+from treespec.shared.drafting.features import FeatureSlots
 from treespec.shared.drafting.token_tree import TokenTree
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ class NgramDrafter(Drafter):
         )
         self._requests[request_id] = _Request(index, cursor, self.acceptance.child())
 
-    def commit(self, request_id: str, tokens: Sequence[int]) -> None:
+    def commit(self, request_id: str, tokens: Sequence[int], features: FeatureSlots | None = None) -> None:
         request = self._requests[request_id]
         if request.last_tree is not None:
             request.acceptance.observe(tree_outcomes(request.last_tree, tokens))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from treespec.shared.drafting.drafter import Drafter, DrafterContext, DraftQuery
+from treespec.shared.drafting.features import FeatureSlots
 from treespec.shared.drafting.token_tree import TokenTree, TreeBudget
 
 
@@ -48,7 +49,7 @@ class OracleDrafter(Drafter):
     ) -> None:
         self._tracks[request_id] = _Track(self.continuations.get(tuple(prompt)), last=prompt[-1])
 
-    def commit(self, request_id: str, tokens: Sequence[int]) -> None:
+    def commit(self, request_id: str, tokens: Sequence[int], features: FeatureSlots | None = None) -> None:
         track = self._tracks[request_id]
         if track.continuation is not None:
             expected = list(track.continuation[track.produced : track.produced + len(tokens)])

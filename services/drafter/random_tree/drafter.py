@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from treespec.shared.drafting.drafter import Drafter, DrafterContext, DraftQuery
+from treespec.shared.drafting.features import FeatureSlots
 from treespec.shared.drafting.token_tree import TokenTree, TreeBudget
 
 
@@ -42,7 +43,7 @@ class RandomTreeDrafter(Drafter):
     ) -> None:
         self._histories[request_id] = _History(len(prompt), prompt[-1])
 
-    def commit(self, request_id: str, tokens: Sequence[int]) -> None:
+    def commit(self, request_id: str, tokens: Sequence[int], features: FeatureSlots | None = None) -> None:
         history = self._histories[request_id]
         if tokens:
             history.length += len(tokens)

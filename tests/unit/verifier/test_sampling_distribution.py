@@ -20,6 +20,7 @@ from scipy.stats import chisquare
 
 from treespec.kernels.logits_processing import probs_from_logits
 from treespec.shared.drafting.drafter import Drafter, DraftQuery
+from treespec.shared.drafting.features import FeatureSlots
 from treespec.shared.drafting.token_tree import TokenTree
 from treespec.shared.model.loader import load_model
 from treespec.verifier.config import EngineConfig
@@ -113,7 +114,7 @@ class TableDrafter(Drafter):
     ) -> None:
         self.generated[request_id] = []
 
-    def commit(self, request_id: str, tokens: Sequence[int]) -> None:
+    def commit(self, request_id: str, tokens: Sequence[int], features: FeatureSlots | None = None) -> None:
         self.generated[request_id] += list(tokens)
 
     def close(self, request_id: str) -> None:

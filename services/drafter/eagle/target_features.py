@@ -1,0 +1,69 @@
+"""EAGLE-3's default feature layers, and reading the target's features for whole sequences (training)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from treespec.shared.drafting.features import FeatureSpec
+from treespec.shared.model.attention.layout import BatchLayout, SequenceLayout
+from treespec.shared.model.attention.torch_backend import TorchAttentionBackend
+from treespec.shared.model.causal_lm import CausalLM
+from treespec.shared.model.kv_cache import KVCache
+
+
+def default_aux_layer_ids(num_layers: int) -> tuple[int, ...]:
+    """EAGLE-3's default, as "output of layer id": the residual stream entering layers 2, L/2 and L-3."""
+    return (1, num_layers // 2 - 1, num_layers - 4)
+
+
+@dataclass(frozen=True)
+class SequenceFeatures:
+    """Per position of one sequence: the features, and the target's argmax for the next token."""
+
+    features: torch.Tensor  # [n, spec.width]
+    next_argmax: torch.Tensor  # [n] long
+
+
+class TargetFeatureReader:
+    """Runs the target over whole token sequences (no speculation) and returns their features."""
+
+    def __init__(self, model: CausalLM, spec: FeatureSpec, max_tokens: int = 4096, block: int = 16) -> None:
+        self.model = model
+        self.spec = spec
+        self.block = block
+        self.num_blocks = -(-max_tokens // block)
+        self.cache = KVCache.allocate(model.config, self.num_blocks, block, model.dtype, model.device)
+        self.backend = TorchAttentionBackend(model.config.sliding_window)
+
+    @property
+    def max_tokens(self) -> int:
+        return self.num_blocks * self.block
+
+    def read(self, sequences: list[list[int]]) -> list[SequenceFeatures]:
+        """One ragged forward over all `sequences` (their total length must fit `max_tokens`)."""
+        total = sum(-(-len(s) // self.block) * self.block for s in sequences)
+        if total > self.max_tokens:
+            raise ValueError(f"{total} tokens do not fit the reader's {self.max_tokens}")
+        layouts, first_block = [], 0
+        for seq in sequences:
+            n = len(seq)
+            blocks = -(-n // self.block)
+            slots = torch.arange(first_block * self.block, first_block * self.block + n)
+            layouts.append(SequenceLayout(0, slots, torch.arange(n)))
+            first_block += blocks
+        layout = BatchLayout(layouts)
+        device = self.model.device
+        ids = torch.tensor([t for s in sequences for t in s], dtype=torch.long, device=device)
+        rows = torch.arange(len(ids), device=device)
+        plan = self.backend.plan(layout, device)
+        out = self.model.forward(
+            ids, layout.positions().to(device), self.backend, plan, self.cache, rows, self.spec.capture(rows)
+        )
+        features = self.spec.select(out.hidden, out.aux_hidden)
+        argmax = out.logits.argmax(dim=-1)
+        sizes = [len(s) for s in sequences]
+        return [
+            SequenceFeatures(f, a) for f, a in zip(features.split(sizes), argmax.split(sizes), strict=True)
+        ]

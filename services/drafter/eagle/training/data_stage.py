@@ -1,0 +1,107 @@
+"""Stage 1 of training: generate conversations with the engine and store the target's features."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import transformers
+from tqdm import tqdm
+
+from treespec.drafter.eagle.target_features import TargetFeatureReader
+from treespec.drafter.eagle.training.conversations import (
+    Conversation,
+    ConversationMaker,
+    ConversationSettings,
+)
+from treespec.drafter.eagle.training.dataset import Manifest, ShardWriter
+from treespec.shared.drafting.features import FeatureSpec
+from treespec.verifier.config import EngineConfig
+from treespec.verifier.engine import Engine
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    target: Path
+    directory: Path
+    spec: FeatureSpec
+    num_tokens: int  # stop once the dataset holds this many answer tokens
+    batch_size: int = 32
+    shard_tokens: int = 16384
+    reader_tokens: int = 2048  # tokens per feature-reading forward
+    conversations: ConversationSettings = field(default_factory=ConversationSettings)
+    progress: bool = True
+
+
+def build_dataset(settings: DataSettings) -> Manifest:
+    """Generate until `num_tokens` answer tokens are stored; resumes an existing dataset."""
+    settings.directory.mkdir(parents=True, exist_ok=True)
+    manifest = _manifest(settings)
+    if manifest.num_answer_tokens >= settings.num_tokens:
+        return manifest
+    engine = Engine(
+        EngineConfig(
+            settings.target,
+            max_running_requests=settings.batch_size,
+            max_total_tokens=settings.batch_size * 1024,
+        )
+    )
+    tokenizer = transformers.AutoTokenizer.from_pretrained(settings.target)
+    base = settings.conversations
+    # A resumed build continues with other seeds than the shards it already holds.
+    conv_settings = ConversationSettings(**{**base.__dict__, "seed": base.seed + 1000 * len(manifest.shards)})
+    maker = ConversationMaker(engine, tokenizer, conv_settings)
+    reader = TargetFeatureReader(engine.model, settings.spec, max_tokens=settings.reader_tokens + 2048)
+    writer = ShardWriter(settings.directory, manifest)
+    bar = tqdm(
+        total=settings.num_tokens,
+        initial=manifest.num_answer_tokens,
+        desc="data (answer tokens)",
+        disable=not settings.progress,
+    )
+    stored = manifest.num_answer_tokens
+    for batch in maker.batches(settings.batch_size):
+        _store(batch, reader, writer, settings.reader_tokens)
+        added = sum(c.num_answer_tokens for c in batch)
+        stored += added
+        bar.update(added)
+        if writer.pending_tokens >= settings.shard_tokens:
+            writer.flush()
+        if stored >= settings.num_tokens:
+            break
+    writer.flush()
+    bar.close()
+    return manifest
+
+
+def _manifest(settings: DataSettings) -> Manifest:
+    existing = Manifest.load(settings.directory)
+    spec = settings.spec
+    if existing is None:
+        config = transformers.AutoConfig.from_pretrained(settings.target)
+        return Manifest(spec.hidden_size, list(spec.aux_layer_ids), int(config.vocab_size))
+    if existing.spec != spec:
+        raise ValueError(
+            f"{settings.directory} holds features {existing.spec}, not {spec}: use another --data-dir"
+        )
+    return existing
+
+
+def _store(batch: list[Conversation], reader: TargetFeatureReader, writer: ShardWriter, budget: int) -> None:
+    """Read features for the batch in forwards of at most `budget` tokens (one sequence may exceed it)."""
+    group: list[Conversation] = []
+    for conv in batch:
+        if group and sum(len(c.token_ids) for c in group) + len(conv.token_ids) > budget:
+            _read_group(group, reader, writer)
+            group = []
+        group.append(conv)
+    if group:
+        _read_group(group, reader, writer)
+
+
+def _read_group(group: list[Conversation], reader: TargetFeatureReader, writer: ShardWriter) -> None:
+    for conv, feats in zip(group, reader.read([c.token_ids for c in group]), strict=True):
+        writer.add(conv, feats)
