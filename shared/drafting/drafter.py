@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from treespec.shared.drafting.features import FeatureRing, FeatureSlots
+from treespec.shared.drafting.target_access import TargetAccess
 from treespec.shared.drafting.token_tree import TokenTree, TreeBudget
 
 
@@ -27,6 +28,9 @@ class DrafterContext:
     vocab_size: int
     target_path: Path | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    # The target's tensors and feature ring, for drafters that read them (EAGLE); None where the
+    # host has no such access (a drafter server that is not co-located).
+    target: TargetAccess | None = None
 
 
 class Drafter(ABC):

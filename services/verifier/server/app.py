@@ -158,7 +158,7 @@ class VerifierServer:
         model = self._model or load_model(c.model_path, LoadOptions(c.device, c.dtype))
         if self._drafter is not None:
             return Engine(c, self._drafter, model), _nothing
-        built = build_drafter(self.config.drafter, model.config.vocab_size, c.model_path)
+        built = build_drafter(self.config.drafter, model, c.model_path)
         try:
             return Engine(c, built.drafter, model), built.shutdown
         except BaseException:

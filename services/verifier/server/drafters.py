@@ -9,6 +9,8 @@ from typing import Any
 
 from treespec.shared.drafting.drafter import Drafter, DrafterContext
 from treespec.shared.drafting.registry import create_drafter
+from treespec.shared.drafting.target_access import LocalTargetAccess
+from treespec.shared.model.causal_lm import CausalLM
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,8 @@ class BuiltDrafter:
     shutdown: Callable[[], None]
 
 
-def build_drafter(spec: DrafterSpec, vocab_size: int, target_path: Path) -> BuiltDrafter:
+def build_drafter(spec: DrafterSpec, model: CausalLM, target_path: Path) -> BuiltDrafter:
+    vocab_size = model.config.vocab_size
     if spec.remote_targets:
         from treespec.verifier.remote_drafter import RemoteDrafter
 
@@ -50,7 +53,12 @@ def build_drafter(spec: DrafterSpec, vocab_size: int, target_path: Path) -> Buil
         remote = RemoteDrafter(targets, deadline_s=spec.deadline_s)
         return BuiltDrafter(remote, remote.shutdown)
     if spec.algorithm is not None:
-        context = DrafterContext(vocab_size=vocab_size, target_path=target_path, options=dict(spec.options))
+        context = DrafterContext(
+            vocab_size=vocab_size,
+            target_path=target_path,
+            options=dict(spec.options),
+            target=LocalTargetAccess(model),
+        )
         drafter = create_drafter(spec.algorithm, context)
         return BuiltDrafter(drafter, drafter.shutdown)
     return BuiltDrafter(None, _nothing)
