@@ -11,6 +11,8 @@ BUILTIN_DRAFTERS: dict[str, str] = {
     "random": "treespec.drafter.random_tree.drafter:RandomTreeDrafter",
     "oracle": "treespec.drafter.oracle.drafter:OracleDrafter",
     "ngram": "treespec.drafter.ngram.drafter:NgramDrafter",
+    "eagle": "treespec.drafter.eagle.drafter:Eagle2Drafter",
+    "eagle3": "treespec.drafter.eagle.drafter:Eagle3Drafter",
 }
 
 

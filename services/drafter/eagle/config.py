@@ -1,0 +1,46 @@
+"""The EAGLE drafter's settings (plugin options; the CLI maps SGLang's flags onto them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from treespec.drafter.eagle.head_config import EagleFormat
+
+# The head trained for the bundled SmolLM2-135M-Instruct with `treespec train-eagle`, shipped in the
+# package (services/drafter/eagle/heads/); used when no draft path is given.
+SHIPPED_HEADS_DIR = Path(__file__).resolve().parent / "heads"
+SHIPPED_HEADS = {EagleFormat.EAGLE3: SHIPPED_HEADS_DIR / "SmolLM2-135M-Instruct-eagle3"}
+
+
+@dataclass(frozen=True)
+class EagleConfig:
+    draft_path: str | None = None  # the head's folder; None: the shipped head for the format
+    token_map: str | None = None  # FR-Spec: a .pt list / 1-D tensor of hot target ids (EAGLE-2 heads)
+    ring_capacity: int = 16384  # feature rows the verifier's ring holds
+    draft_probs: bool = True  # return sibling probabilities (siblings ordered as a draw from them)
+    seed: int = 0  # the sibling-order draws
+
+    def __post_init__(self) -> None:
+        if self.ring_capacity < 64:
+            raise ValueError("ring_capacity must be at least 64")
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> EagleConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(f"unknown EAGLE option(s) {unknown}; known: {sorted(known)}")
+        try:
+            return cls(**options)
+        except TypeError as exc:
+            raise ValueError(f"invalid EAGLE option: {exc}") from exc
+
+    def head_path(self, fmt: EagleFormat) -> Path:
+        if self.draft_path:
+            return Path(self.draft_path).expanduser()
+        shipped = SHIPPED_HEADS.get(fmt)
+        if shipped is None or not (shipped / "config.json").is_file():
+            raise ValueError(f"no head is shipped for {fmt.value}: pass --speculative-draft-model-path")
+        return shipped

@@ -1,0 +1,265 @@
+"""The EAGLE-2 / EAGLE-3 drafter: a one-layer head over the target's features, drafting dynamic trees.
+
+Per engine step, for the whole batch: (1) catch up: run the head over the pairs (feature of position
+i, token i + 1) the verifier committed since last time, appending to each request's draft KV cache;
+the last one gives the root's children. (2) Grow each tree for `num_steps` levels (tree_search.py),
+one batched head run per level over every request's expanded nodes. Features reach the drafter as
+slots of the verifier's ring (in process, or shared memory when co-located), copied at commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from treespec.drafter.eagle.checkpoint import TargetShape, feature_spec, load_head
+from treespec.drafter.eagle.config import EagleConfig
+from treespec.drafter.eagle.draft_state import DraftKV, DraftState
+from treespec.drafter.eagle.head import EagleHead, HeadOutput, attend
+from treespec.drafter.eagle.head_config import EagleFormat
+from treespec.drafter.eagle.token_map import load_token_map, restricted_lm_head
+from treespec.drafter.eagle.tree_search import SearchTree
+from treespec.shared.drafting.drafter import Drafter, DrafterContext, DraftQuery
+from treespec.shared.drafting.features import FeatureRing, FeatureSlots
+from treespec.shared.drafting.target_access import TargetTensors
+from treespec.shared.drafting.token_tree import TokenTree
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """One request's rows in a batched head run, and the keys they attend to besides the cache."""
+
+    state: DraftState
+    count: int
+    prior_k: torch.Tensor | None  # [P, kv_heads, d]: tree nodes expanded earlier
+    prior_v: torch.Tensor | None
+    mask: torch.Tensor  # [count, cache + P + count] bool
+
+
+class EagleDrafter(Drafter):
+    expected_format: EagleFormat | None = None  # set by the registry names "eagle" / "eagle3"
+
+    def __init__(
+        self, head: EagleHead, target: TargetTensors, ring: FeatureRing, config: EagleConfig
+    ) -> None:
+        self.head = head
+        self.target = target
+        self.ring = ring
+        self.config = config
+        self._requests: dict[str, DraftState] = {}
+        self._generator = torch.Generator().manual_seed(config.seed) if config.draft_probs else None
+        self._vocab_ids = head.draft_to_target() if head.config.is_eagle3 else None
+        self._lm_head: torch.Tensor | None = None if head.config.is_eagle3 else target.lm_head
+        if config.token_map and not head.config.is_eagle3:
+            hot = load_token_map(config.token_map, target.vocab_size)
+            self._vocab_ids, self._lm_head = hot, restricted_lm_head(target.embed, hot)
+
+    @classmethod
+    def create(cls, context: DrafterContext) -> EagleDrafter:
+        if context.target is None:
+            raise ValueError(
+                "the EAGLE drafter reads the target: run it in process or co-located (--colocate)"
+            )
+        config = EagleConfig.from_options(context.options)
+        tensors = context.target.tensors()
+        shape = TargetShape(tensors.hidden_size, tensors.vocab_size, tensors.num_layers)
+        fmt = cls.expected_format or EagleFormat.EAGLE3
+        head = load_head(config.head_path(fmt), shape)
+        if cls.expected_format is not None and head.config.format is not cls.expected_format:
+            raise ValueError(
+                f"{config.head_path(fmt)} is an {head.config.format.value} head; "
+                f"--speculative-algorithm {cls.expected_format.value.upper()} needs an "
+                f"{cls.expected_format.value} head"
+            )
+        if config.token_map and head.config.is_eagle3:
+            raise ValueError("--speculative-token-map applies to EAGLE-2 heads; EAGLE-3 heads have their own")
+        head.to_device(tensors.embed.device, tensors.embed.dtype).eval()
+        ring = context.target.feature_ring(feature_spec(head.config, shape), config.ring_capacity)
+        return cls(head, tensors, ring, config)
+
+    @property
+    def feature_ring(self) -> FeatureRing | None:
+        return self.ring
+
+    # ---- lifecycle --------------------------------------------------------------------------------
+
+    def open(
+        self, request_id: str, prompt: Sequence[int], trace_context: Mapping[str, str] | None = None
+    ) -> None:
+        c = self.head.config
+        kv = DraftKV.empty(c.num_kv_heads, c.head_dim, self.target.embed.dtype, self.target.embed.device)
+        self._requests[request_id] = DraftState(list(prompt), kv)
+
+    def commit(self, request_id: str, tokens: Sequence[int], features: FeatureSlots | None = None) -> None:
+        state = self._requests.get(request_id)
+        if state is None:
+            return
+        state.tokens.extend(tokens)
+        if features is not None and len(features):
+            state.add_features(features.start, self.ring.read(features.slots))
+
+    def close(self, request_id: str) -> None:
+        self._requests.pop(request_id, None)
+
+    # ---- drafting ---------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def propose(self, queries: Sequence[DraftQuery]) -> list[TokenTree | None]:
+        states = [self._requests.get(q.request_id) for q in queries]
+        self._catch_up([s for s in states if s is not None])
+        searches: list[SearchTree | None] = []
+        for query, state in zip(queries, states, strict=True):
+            if (
+                state is None
+                or not state.ready
+                or query.budget.num_draft_tokens < 2
+                or query.budget.num_steps < 1
+            ):
+                searches.append(None)
+                continue
+            search = SearchTree(state.tokens[-1], query.budget)
+            assert state.last_logprobs is not None
+            search.add_children(0, state.last_logprobs, self._vocab_ids)
+            searches.append(search)
+        self._grow(
+            [(s, st) for s, st in zip(searches, states, strict=True) if s is not None and st is not None]
+        )
+        return [None if s is None else s.to_token_tree(self._generator) for s in searches]
+
+    def _catch_up(self, states: list[DraftState]) -> None:
+        """Run the head over every pending (feature, next token) pair of these requests, batched."""
+        work = [(s, p) for s in states if (p := s.take_pending()) is not None]
+        if not work:
+            return
+        ids, hidden, positions, groups = [], [], [], []
+        for state, (start, rows) in work:
+            n = rows.shape[0]
+            ids.append(torch.tensor(state.tokens[start + 1 : start + 1 + n], dtype=torch.long))
+            hidden.append(rows)
+            positions.append(torch.arange(start, start + n))
+            causal = torch.ones(n, n, dtype=torch.bool).tril()
+            mask = torch.cat([torch.ones(n, state.kv.length, dtype=torch.bool), causal], dim=1)
+            groups.append(_Rows(state, n, None, None, mask))
+        out, k, v = self._run(torch.cat(ids), torch.cat(hidden), torch.cat(positions), groups)
+        last_rows, at = [], 0
+        for (state, (start, _rows)), group in zip(work, groups, strict=True):
+            n = group.count
+            state.kv.append(k[at : at + n], v[at : at + n])
+            state.next_position = start + n
+            state.last_hidden = out.hidden[at + n - 1]
+            last_rows.append(at + n - 1)
+            at += n
+        logprobs = self._logprobs(out.for_logits[torch.tensor(last_rows)])
+        for (state, _), lp in zip(work, logprobs, strict=True):
+            state.last_logprobs = lp
+
+    def _grow(self, items: list[tuple[SearchTree, DraftState]]) -> None:
+        """Levels 2..num_steps: expand the best `topk` nodes of the last level of every tree at once."""
+        frontier = {id(t): t.best(list(range(1, len(t.tokens))), t.budget.topk) for t, _ in items}
+        expanded_k: dict[int, list[torch.Tensor]] = {id(t): [] for t, _ in items}
+        expanded_v: dict[int, list[torch.Tensor]] = {id(t): [] for t, _ in items}
+        expanded_nodes: dict[int, list[int]] = {id(t): [] for t, _ in items}
+        node_hidden: dict[tuple[int, int], torch.Tensor] = {}
+        level = 1
+        while True:
+            active = [(t, s) for t, s in items if level < t.budget.num_steps and frontier[id(t)]]
+            if not active:
+                return
+            ids, hidden, positions, groups, owners = [], [], [], [], []
+            for tree, state in active:
+                nodes = frontier[id(tree)]
+                for node in nodes:
+                    parent = tree.parents[node]
+                    assert state.last_hidden is not None
+                    hidden.append(state.last_hidden if parent == 0 else node_hidden[(id(tree), parent)])
+                    ids.append(tree.tokens[node])
+                    positions.append(state.next_position - 1 + tree.depths[node])
+                    owners.append((tree, node))
+                groups.append(
+                    self._tree_rows(
+                        tree,
+                        state,
+                        nodes,
+                        expanded_nodes[id(tree)],
+                        expanded_k[id(tree)],
+                        expanded_v[id(tree)],
+                    )
+                )
+            out, k, v = self._run(
+                torch.tensor(ids, dtype=torch.long), torch.stack(hidden), torch.tensor(positions), groups
+            )
+            logprobs = self._logprobs(out.for_logits)
+            new_level: dict[int, list[int]] = {id(t): [] for t, _ in active}
+            for row, (tree, node) in enumerate(owners):
+                node_hidden[(id(tree), node)] = out.hidden[row]
+                expanded_nodes[id(tree)].append(node)
+                expanded_k[id(tree)].append(k[row])
+                expanded_v[id(tree)].append(v[row])
+                new_level[id(tree)] += tree.add_children(node, logprobs[row], self._vocab_ids)
+            for tree, _ in active:
+                frontier[id(tree)] = tree.best(new_level[id(tree)], tree.budget.topk)
+            level += 1
+
+    @staticmethod
+    def _tree_rows(
+        tree: SearchTree,
+        state: DraftState,
+        nodes: list[int],
+        expanded: list[int],
+        prior_k: list[torch.Tensor],
+        prior_v: list[torch.Tensor],
+    ) -> _Rows:
+        """Each node attends to the cache, its expanded ancestors, and itself."""
+        n, p = len(nodes), len(expanded)
+        mask = torch.zeros(n, state.kv.length + p + n, dtype=torch.bool)
+        mask[:, : state.kv.length] = True
+        for r, node in enumerate(nodes):
+            ancestors = set()
+            a = tree.parents[node]
+            while a > 0:
+                ancestors.add(a)
+                a = tree.parents[a]
+            for j, e in enumerate(expanded):
+                mask[r, state.kv.length + j] = e in ancestors
+            mask[r, state.kv.length + p + r] = True
+        pk = torch.stack(prior_k) if prior_k else None
+        pv = torch.stack(prior_v) if prior_v else None
+        return _Rows(state, n, pk, pv, mask)
+
+    def _run(
+        self, ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor, groups: list[_Rows]
+    ) -> tuple[HeadOutput, torch.Tensor, torch.Tensor]:
+        """One batched head pass; attention per request over its cache, prior keys and its new rows."""
+        device = self.target.embed.device
+        embeds = self.target.embed[ids.to(device)]
+        li = self.head.layer_input(embeds, hidden.to(device, embeds.dtype))
+        qkv = self.head.qkv(li.attn_in, positions.to(device))
+        outs, at = [], 0
+        for g in groups:
+            q, k, v = qkv.q[at : at + g.count], qkv.k[at : at + g.count], qkv.v[at : at + g.count]
+            cache_k, cache_v = g.state.kv.keys()
+            keys = [cache_k] + ([g.prior_k] if g.prior_k is not None else []) + [k]
+            values = [cache_v] + ([g.prior_v] if g.prior_v is not None else []) + [v]
+            outs.append(attend(q, torch.cat(keys), torch.cat(values), g.mask.to(device)))
+            at += g.count
+        return self.head.finish(li.residual, torch.cat(outs)), qkv.k, qkv.v
+
+    def _logprobs(self, for_logits: torch.Tensor) -> torch.Tensor:
+        return self.head.logits(for_logits, self._lm_head).float().log_softmax(dim=-1).cpu()
+
+
+class Eagle2Drafter(EagleDrafter):
+    """`--speculative-algorithm EAGLE`: an EAGLE-1/2 head."""
+
+    expected_format = EagleFormat.EAGLE
+
+
+class Eagle3Drafter(EagleDrafter):
+    """`--speculative-algorithm EAGLE3`: an EAGLE-3 head (the shipped one by default)."""
+
+    expected_format = EagleFormat.EAGLE3

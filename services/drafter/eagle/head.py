@@ -1,0 +1,157 @@
+"""The EAGLE head as a torch module, with parameter names exactly those of the public checkpoints.
+
+One decoder layer, split into the steps both drafting and training need, so that each brings its own
+attention (a per-request draft KV cache when drafting; the training-time-test masks when training):
+`layer_input` -> `qkv` -> (caller's attention) -> `finish` -> `logits`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from treespec.drafter.eagle.head_config import EagleHeadConfig
+from treespec.shared.model.linear import linear
+from treespec.shared.model.rope import RopeTables, apply_rope, build_rope_tables
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class EagleAttention(nn.Module):
+    def __init__(self, c: EagleHeadConfig, in_features: int) -> None:
+        super().__init__()
+        self.q_proj = nn.Linear(in_features, c.num_heads * c.head_dim, bias=c.attention_bias)
+        self.k_proj = nn.Linear(in_features, c.num_kv_heads * c.head_dim, bias=c.attention_bias)
+        self.v_proj = nn.Linear(in_features, c.num_kv_heads * c.head_dim, bias=c.attention_bias)
+        self.o_proj = nn.Linear(c.num_heads * c.head_dim, c.hidden_size, bias=False)
+
+
+class EagleMlp(nn.Module):
+    def __init__(self, c: EagleHeadConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class EagleLayer(nn.Module):
+    """EAGLE-3's `midlayer` (input and hidden norms, 2H-wide attention input) or EAGLE's `layers.0`."""
+
+    def __init__(self, c: EagleHeadConfig) -> None:
+        super().__init__()
+        self.self_attn = EagleAttention(c, 2 * c.hidden_size if c.is_eagle3 else c.hidden_size)
+        self.mlp = EagleMlp(c)
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        if c.is_eagle3:
+            self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+            self.hidden_norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+
+
+@dataclass(frozen=True)
+class LayerInput:
+    residual: torch.Tensor  # [T, H]
+    attn_in: torch.Tensor  # [T, 2H] (EAGLE-3) or [T, H]
+
+
+@dataclass(frozen=True)
+class QKV:
+    q: torch.Tensor  # [T, heads, head_dim], rotated
+    k: torch.Tensor  # [T, kv_heads, head_dim], rotated
+    v: torch.Tensor  # [T, kv_heads, head_dim]
+
+
+@dataclass(frozen=True)
+class HeadOutput:
+    hidden: torch.Tensor  # [T, H]: the next drafting step's input hidden state
+    for_logits: torch.Tensor  # [T, H]: what the lm_head reads
+
+
+class EagleHead(nn.Module):
+    def __init__(self, config: EagleHeadConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.fc = nn.Linear(c.fc_in_features, c.hidden_size, bias=c.fc_bias)
+        if c.is_eagle3:
+            self.midlayer = EagleLayer(c)
+            self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+            self.lm_head = nn.Linear(c.hidden_size, c.draft_vocab_size, bias=False)
+            self.register_buffer("d2t", torch.zeros(c.draft_vocab_size, dtype=torch.long))
+            self.register_buffer("t2d", torch.ones(c.vocab_size, dtype=torch.bool))
+        else:
+            self.layers = nn.ModuleList([EagleLayer(c)])
+        self.rope: RopeTables = build_rope_tables(c.rope_model_config(), torch.device("cpu"))
+
+    @property
+    def layer(self) -> EagleLayer:
+        layer = self.midlayer if self.config.is_eagle3 else self.layers[0]
+        assert isinstance(layer, EagleLayer)
+        return layer
+
+    def to_device(self, device: torch.device, dtype: torch.dtype) -> EagleHead:
+        self.to(device=device, dtype=dtype)
+        self.rope = RopeTables(self.rope.cos.to(device), self.rope.sin.to(device))
+        return self
+
+    def draft_to_target(self) -> torch.Tensor:
+        """Target id of every draft id (EAGLE-3: draft id + d2t[draft id])."""
+        d2t = self.get_buffer("d2t")
+        return torch.arange(d2t.shape[0], device=d2t.device) + d2t
+
+    # ---- the steps of one layer ---------------------------------------------------------------
+
+    def layer_input(self, embeds: torch.Tensor, hidden: torch.Tensor) -> LayerInput:
+        """embeds [T, H] of the tokens; hidden [T, W]: target features (W = fc input for EAGLE-3) or
+        the head's own previous output [T, H]."""
+        c, layer = self.config, self.layer
+        if c.is_eagle3:
+            h = self.fc(hidden) if hidden.shape[-1] != c.hidden_size else hidden
+            attn_in = torch.cat([layer.input_layernorm(embeds), layer.hidden_norm(h)], dim=-1)
+            return LayerInput(h, attn_in)
+        x = self.fc(torch.cat([embeds, hidden], dim=-1))
+        return LayerInput(x, x)
+
+    def qkv(self, attn_in: torch.Tensor, positions: torch.Tensor) -> QKV:
+        c, attn = self.config, self.layer.self_attn
+        cos, sin = self.rope.lookup(positions, attn_in.dtype)
+        q = apply_rope(attn.q_proj(attn_in).view(-1, c.num_heads, c.head_dim), cos, sin)
+        k = apply_rope(attn.k_proj(attn_in).view(-1, c.num_kv_heads, c.head_dim), cos, sin)
+        v = attn.v_proj(attn_in).view(-1, c.num_kv_heads, c.head_dim)
+        return QKV(q, k, v)
+
+    def finish(self, residual: torch.Tensor, attn_out: torch.Tensor) -> HeadOutput:
+        """attn_out [T, heads * head_dim] -> the layer's output."""
+        layer = self.layer
+        h = residual + layer.self_attn.o_proj(attn_out)
+        out = h + layer.mlp(layer.post_attention_layernorm(h))
+        return HeadOutput(out, self.norm(out) if self.config.is_eagle3 else out)
+
+    def logits(self, for_logits: torch.Tensor, target_lm_head: torch.Tensor | None = None) -> torch.Tensor:
+        """EAGLE-3: over the draft vocabulary. EAGLE: the target's lm_head (`linear` layout), or rows
+        of it (FR-Spec), passed by the caller."""
+        if self.config.is_eagle3:
+            return self.lm_head(for_logits)
+        if target_lm_head is None:
+            raise ValueError("an EAGLE-2 head reads logits through the target's lm_head")
+        return linear(for_logits, target_lm_head)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """q [T, heads, d], k/v [S, kv_heads, d], mask [T, S] bool (True: may attend) -> [T, heads * d]."""
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask, enable_gqa=True
+    )
+    return out.transpose(0, 1).reshape(q.shape[0], -1)

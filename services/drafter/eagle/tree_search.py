@@ -1,0 +1,86 @@
+"""EAGLE-2's dynamic tree, for one request: which nodes to expand each step, which to keep at the end.
+
+Level 1 is the root's `topk` most likely children. Each later step expands the `topk` best nodes of
+the previous level (by cumulative draft log-probability) by their `topk` best children. At the end
+the `num_draft_tokens - 1` best nodes overall are kept: a child never scores above its parent (and
+ties go to the earlier node), so the kept set is a tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from treespec.shared.drafting.token_tree import TokenTree, TreeBudget
+
+
+@dataclass
+class SearchTree:
+    root_token: int
+    budget: TreeBudget
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)  # cumulative log q
+    logq: list[float] = field(default_factory=list)  # log q(token | parent)
+    depths: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._add(self.root_token, -1, 0.0, 0.0, 0)
+
+    def _add(self, token: int, parent: int, score: float, logq: float, depth: int) -> int:
+        self.tokens.append(token)
+        self.parents.append(parent)
+        self.scores.append(score)
+        self.logq.append(logq)
+        self.depths.append(depth)
+        return len(self.tokens) - 1
+
+    def add_children(self, parent: int, logprobs: torch.Tensor, token_ids: torch.Tensor | None) -> list[int]:
+        """The parent's `topk` best children from its draft log-probabilities (over `token_ids`, or
+        over target ids when None)."""
+        k = min(self.budget.topk, int(logprobs.shape[0]))
+        values, index = logprobs.topk(k)
+        ids = index if token_ids is None else token_ids[index]
+        base, depth = self.scores[parent], self.depths[parent] + 1
+        return [
+            self._add(int(t), parent, base + float(v), float(v), depth)
+            for t, v in zip(ids.tolist(), values.tolist(), strict=True)
+        ]
+
+    def best(self, nodes: list[int], n: int) -> list[int]:
+        return sorted(nodes, key=lambda i: (-self.scores[i], i))[:n]
+
+    def kept(self) -> list[int]:
+        """The best `num_draft_tokens - 1` drafted nodes, in creation order (parents first)."""
+        drafted = list(range(1, len(self.tokens)))
+        return sorted(self.best(drafted, self.budget.num_draft_tokens - 1))
+
+    def to_token_tree(self, generator: torch.Generator | None) -> TokenTree:
+        """The kept nodes as a TokenTree. With a generator, each parent's children carry q renormalised
+        over them and are ordered as a draw without replacement from it (Gumbel top-k), which is what
+        the lossless sampling rule needs of draft probabilities; without one, no probabilities."""
+        kept = set(self.kept())
+        children: dict[int, list[int]] = {}
+        for node in sorted(kept):
+            children.setdefault(self.parents[node], []).append(node)
+        order, probs, parents = [0], [1.0], [-1]
+        new_index = {0: 0}
+        queue = [0]
+        while queue:
+            node = queue.pop(0)
+            kids = children.get(node, [])
+            q = torch.tensor([self.logq[c] for c in kids], dtype=torch.float64).softmax(0) if kids else None
+            if kids and generator is not None and q is not None:
+                gumbel = -torch.empty(len(kids), dtype=torch.float64).exponential_(generator=generator).log()
+                perm = (q.log() + gumbel).argsort(descending=True).tolist()
+                kids, q = [kids[i] for i in perm], q[perm]
+            for j, c in enumerate(kids):
+                new_index[c] = len(order)
+                order.append(c)
+                parents.append(new_index[node])
+                probs.append(float(q[j]) if q is not None else 1.0)
+                queue.append(c)
+        tokens = torch.tensor([self.tokens[i] for i in order], dtype=torch.long)
+        tree_probs = torch.tensor(probs, dtype=torch.float32) if generator is not None else None
+        return TokenTree(tokens, torch.tensor(parents, dtype=torch.long), tree_probs)

@@ -1,0 +1,184 @@
+"""The EAGLE drafters in the engine, on the tiny random model with random public-format heads: greedy
+output equals plain decoding, every tree respects its budget, draft probabilities are well formed."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.unit.drafter.eagle.public_checkpoints import write_eagle, write_eagle3
+from treespec.drafter.eagle.drafter import EagleDrafter
+from treespec.kernels.tree_mask import tree_depths, validate_tree
+from treespec.shared.drafting.drafter import DrafterContext, DraftQuery
+from treespec.shared.drafting.registry import create_drafter
+from treespec.shared.drafting.target_access import LocalTargetAccess
+from treespec.shared.drafting.token_tree import TokenTree, TreeBudget
+from treespec.shared.model.causal_lm import CausalLM
+from treespec.verifier.config import EngineConfig
+from treespec.verifier.engine import Engine
+from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
+
+VOCAB, HIDDEN, LAYERS = 97, 64, 3
+PLAIN = SpeculationParams(enabled=False)
+EAGLE = SpeculationParams(num_draft_tokens=8, num_steps=4, eagle_topk=3)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread() -> Generator[None, None, None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def heads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("heads")
+    return {
+        "eagle": write_eagle(base / "eagle", HIDDEN, VOCAB),
+        "eagle3": write_eagle3(base / "eagle3", HIDDEN, VOCAB, LAYERS, draft_vocab=60),
+    }
+
+
+def make_drafter(name: str, head: Path, model: CausalLM, path: Path, **options: Any) -> EagleDrafter:
+    context = DrafterContext(VOCAB, path, {"draft_path": str(head), **options}, LocalTargetAccess(model))
+    drafter = create_drafter(name, context)
+    assert isinstance(drafter, EagleDrafter)
+    return drafter
+
+
+def _prompts() -> dict[str, list[int]]:
+    rng = random.Random(1)
+    return {f"p{i}": [rng.randrange(3, VOCAB) for _ in range(n)] for i, n in enumerate([1, 5, 17, 40, 9])}
+
+
+def _requests(spec: SpeculationParams | list[SpeculationParams], n: int = 40) -> list[GenerationRequest]:
+    specs = spec if isinstance(spec, list) else [spec] * len(_prompts())
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=n, ignore_eos=True)
+    return [
+        GenerationRequest(rid, p, sampling, s) for (rid, p), s in zip(_prompts().items(), specs, strict=True)
+    ]
+
+
+def _engine(path: Path, model: CausalLM, drafter: EagleDrafter | None, chunk: int = 512) -> Engine:
+    config = EngineConfig(model_path=path, page_size=4, max_total_tokens=4096, chunked_prefill_size=chunk)
+    return Engine(config, drafter, model)
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_path: Path, tiny_model: CausalLM) -> dict[str, list[int]]:
+    results = _engine(tiny_path, tiny_model, None).generate(_requests(PLAIN))
+    return {rid: r.token_ids for rid, r in results.items()}
+
+
+@pytest.mark.parametrize("name", ["eagle", "eagle3"])
+def test_greedy_output_equals_plain_decoding(
+    name: str, heads: dict[str, Path], tiny_path: Path, tiny_model: CausalLM, reference: dict[str, list[int]]
+) -> None:
+    drafter = make_drafter(name, heads[name], tiny_model, tiny_path)
+    budgets = [EAGLE, SpeculationParams(num_draft_tokens=4, num_steps=2, eagle_topk=2), EAGLE, PLAIN, EAGLE]
+    # A small prefill chunk: prompts arrive over several steps, their features held until the last.
+    engine = _engine(tiny_path, tiny_model, drafter, chunk=8)
+    results = engine.generate(_requests(budgets))
+    assert {rid: r.token_ids for rid, r in results.items()} == reference
+    assert engine.stats.drafted_tokens > 0
+    assert engine.num_free_blocks == engine.allocator.num_blocks
+
+
+def _check_tree(tree: TokenTree, root: int, budget: TreeBudget) -> None:
+    problem = validate_tree(
+        tree.tokens,
+        tree.parents,
+        tree.probs,
+        vocab_size=VOCAB,
+        max_nodes=budget.num_draft_tokens,
+        max_depth=budget.num_steps,
+        max_children=budget.topk,
+    )
+    assert problem is None, problem
+    assert int(tree.tokens[0]) == root
+    assert tree.num_nodes == budget.num_draft_tokens  # the search always finds enough nodes here
+    assert int(tree_depths(tree.parents).max()) <= budget.num_steps
+
+
+@pytest.mark.parametrize("name", ["eagle", "eagle3"])
+def test_trees_respect_every_budget(
+    name: str, heads: dict[str, Path], tiny_path: Path, tiny_model: CausalLM
+) -> None:
+    rng = random.Random(3)
+    drafter = make_drafter(name, heads[name], tiny_model, tiny_path)
+    engine = _engine(tiny_path, tiny_model, drafter)
+    prompts = _prompts()
+    checked = 0
+    for rid, prompt in prompts.items():
+        # Plain steps through the engine (which publishes features); ask the drafter with random budgets.
+        engine.add_request(
+            GenerationRequest(
+                rid, prompt, SamplingParams(temperature=0.0, max_new_tokens=30, ignore_eos=True), PLAIN
+            )
+        )
+        while engine.has_work():
+            engine.step()
+            state = drafter._requests.get(rid)
+            if state is None:
+                continue
+            topk = rng.randint(1, 4)
+            steps = rng.randint(1, 5)
+            nodes = rng.randint(2, 1 + min(topk * steps, 12))
+            budget = TreeBudget(nodes, steps, topk)
+            (tree,) = drafter.propose([DraftQuery(rid, budget)])
+            assert tree is not None
+            _check_tree(tree, state.tokens[-1], budget)
+            checked += 1
+    assert checked > 50
+
+
+def test_draft_probabilities_are_a_distribution_per_parent(
+    heads: dict[str, Path], tiny_path: Path, tiny_model: CausalLM
+) -> None:
+    drafter = make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path)
+    no_probs = make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path, draft_probs=False)
+    engine = _engine(tiny_path, tiny_model, drafter)
+    prompt = _prompts()["p2"]
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=20, ignore_eos=True)
+    engine.add_request(GenerationRequest("r", prompt, sampling, PLAIN))
+    while "r" not in drafter._requests or len(drafter._requests["r"].tokens) < len(prompt) + 4:
+        engine.step()
+    no_probs._requests["r"] = drafter._requests["r"]
+    budget = TreeBudget(10, 3, 4)
+    (tree,) = drafter.propose([DraftQuery("r", budget)])
+    (plain,) = no_probs.propose([DraftQuery("r", budget)])
+    assert tree is not None and tree.probs is not None and plain is not None and plain.probs is None
+    sums: dict[int, float] = {}
+    for node in range(1, tree.num_nodes):
+        sums[int(tree.parents[node])] = sums.get(int(tree.parents[node]), 0.0) + float(tree.probs[node])
+    assert all(abs(s - 1.0) < 1e-5 for s in sums.values())
+    # The same nodes either way; only the siblings' order is drawn.
+    assert sorted(tree.tokens.tolist()) == sorted(plain.tokens.tolist())
+
+
+def test_unknown_request_and_missing_features_give_no_tree(
+    heads: dict[str, Path], tiny_path: Path, tiny_model: CausalLM
+) -> None:
+    drafter = make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path)
+    drafter.open("fresh", [5, 6, 7])
+    drafter.commit("fresh", [8])  # no features: a reopened request on another replica
+    assert drafter.propose([DraftQuery("fresh", EAGLE.budget), DraftQuery("nobody", EAGLE.budget)]) == [
+        None,
+        None,
+    ]
+    drafter.close("nobody")
+
+
+def test_wrong_format_for_the_algorithm_is_refused(
+    heads: dict[str, Path], tiny_path: Path, tiny_model: CausalLM
+) -> None:
+    with pytest.raises(ValueError, match="needs an eagle3 head"):
+        make_drafter("eagle3", heads["eagle"], tiny_model, tiny_path)
+    with pytest.raises(ValueError, match="unknown EAGLE option"):
+        make_drafter("eagle", heads["eagle"], tiny_model, tiny_path, bogus=1)
