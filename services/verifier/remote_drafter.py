@@ -8,9 +8,10 @@ import threading
 from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from treespec.shared.drafting.drafter import Drafter, DraftQuery
-from treespec.shared.drafting.features import FeatureSlots
+from treespec.shared.drafting.features import FeatureRing, FeatureSlots
 from treespec.shared.drafting.token_tree import TokenTree
 from treespec.shared.rpc.tree_codec import budget_to_proto, tree_from_proto
 from treespec.v1 import drafter_pb2
@@ -28,6 +29,13 @@ class _Track:
     link: ReplicaLink | None = None  # the live replica drafting it; None while no replica is up
 
 
+class FeatureRingSource(Protocol):
+    """Where co-located drafters read the target's features (a ColocationServer)."""
+
+    @property
+    def feature_ring(self) -> FeatureRing | None: ...
+
+
 class RemoteDrafter(Drafter):
     """Used by the engine thread through the synchronous Drafter API; never raises into it.
 
@@ -36,6 +44,9 @@ class RemoteDrafter(Drafter):
     `deadline_s`: what is missing then, or arrives for an older round, means plain decoding. When a
     replica's stream breaks, its requests are reopened on the others from their full history, and
     the replica is reconnected in the background, to take new requests once it is back.
+
+    `features`: for co-located replicas that read the target's features (EAGLE), the ring they
+    asked the verifier for; the engine publishes into it and each Advance carries the slots.
     """
 
     def __init__(
@@ -44,8 +55,10 @@ class RemoteDrafter(Drafter):
         deadline_s: float = 0.05,
         resolve_interval_s: float = 10.0,
         backoff: Backoff | None = None,
+        features: FeatureRingSource | None = None,
     ) -> None:
         self.deadline_s = deadline_s
+        self._features = features
         self._targets = DrafterTargets.parse(targets)
         self._resolve_interval_s = resolve_interval_s
         self._backoff = backoff
@@ -82,6 +95,9 @@ class RemoteDrafter(Drafter):
             track.tokens.extend(tokens)
             if track.link is not None:
                 advance = drafter_pb2.AdvanceDraft(request_id=request_id, token_ids=list(tokens))
+                if features is not None:
+                    advance.features.start = features.start
+                    advance.features.slots.extend(features.slots)
                 track.link.send(drafter_pb2.DraftRequest(advance=advance))
 
     def close(self, request_id: str) -> None:
@@ -96,6 +112,11 @@ class RemoteDrafter(Drafter):
         with self._lock:
             self._pending = None  # from now on, replies for this round are late
         return [_tree(pending.results.get(q.request_id)) for q in queries]
+
+    @property
+    def feature_ring(self) -> FeatureRing | None:
+        """The co-located drafters' ring, once one of them asked for features."""
+        return self._features.feature_ring if self._features is not None else None
 
     # ---- lifecycle and introspection ----------------------------------------------------------
 

@@ -35,6 +35,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="KEY=VALUE",
         help="a plugin option (repeatable); VALUE is read as JSON when it parses, else as a string",
     )
+    parser.add_argument(
+        "--colocate",
+        default=None,
+        metavar="PATH",
+        help="the verifier's --colocation-socket: read its embedding and features through shared "
+        "memory (same machine, CPU; needed by EAGLE)",
+    )
     add_ngram_arguments(parser)
     parser.set_defaults(handler=_drafter)
 
@@ -42,22 +49,30 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def _drafter(args: argparse.Namespace) -> int:
     from treespec.drafter.server.app import serve
     from treespec.drafter.server.config import DrafterServerConfig
+    from treespec.shared.drafting.colocated_access import ColocatedTargetAccess
+    from treespec.shared.drafting.colocation_wire import ColocationError
     from treespec.shared.drafting.drafter import DrafterContext
+    from treespec.shared.drafting.shared_tensor import SharedTensorError
 
     try:
         flags = ngram_options(args) if args.kind.lower() == "ngram" else {}
         options = {**flags, **parse_options(args.option)}
         vocab_size = args.vocab_size if args.vocab_size is not None else read_vocab_size(args.model_path)
+        # Nothing is asked of the verifier yet: a plugin that reads the target connects in `create`.
+        target = ColocatedTargetAccess(args.colocate) if args.colocate is not None else None
     except ValueError as exc:
         print(f"treespec drafter: error: {exc}", file=sys.stderr)
         return 2
-    context = DrafterContext(vocab_size, args.model_path, options)
+    context = DrafterContext(vocab_size, args.model_path, options, target)
     _configure_logging()
     try:
         return serve(DrafterServerConfig(args.kind, context, args.host, args.port))
     except (ValueError, TypeError) as exc:  # unknown drafter, or options its constructor rejects
         print(f"treespec drafter: error: {exc}", file=sys.stderr)
         return 2
+    except (ColocationError, SharedTensorError) as exc:  # --colocate: the verifier is not reachable
+        print(f"treespec drafter: error: {exc}", file=sys.stderr)
+        return 1
 
 
 def parse_options(pairs: list[str]) -> dict[str, Any]:

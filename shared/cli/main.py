@@ -13,12 +13,12 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from treespec.shared.cli import bench, drafter, gateway, models, serve, verifier
+from treespec.shared.cli import bench, drafter, gateway, models, serve, train_eagle, verifier
 from treespec.shared.launcher.supervisor import ServiceFailedError
 from treespec.shared.model.errors import ModelLoadError
 from treespec.shared.model.store import ModelStoreError
 
-VERB_MODULES: tuple[ModuleType, ...] = (models, bench, serve, drafter, verifier, gateway)
+VERB_MODULES: tuple[ModuleType, ...] = (models, bench, serve, drafter, verifier, gateway, train_eagle)
 
 # Errors a user can cause and fix: reported in one line, without a traceback.
 EXPECTED_ERRORS: tuple[type[Exception], ...] = (ModelStoreError, ModelLoadError, ServiceFailedError, OSError)

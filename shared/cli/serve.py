@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import logging
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,8 @@ from treespec.shared.model.store import models_dir, resolve_model_path
 
 # The n-gram drafter needs no extra model, so it works for any target out of the box.
 DEFAULT_ALGORITHM = "NGRAM"
+# Drafters that read the target's embedding and features: their process maps the verifier's memory.
+COLOCATED_ALGORITHMS = frozenset({"eagle", "eagle3"})
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,8 @@ class ServeConfig:
     served_model_name: str | None
     verifier_metrics_port: int | None
     drafter_options: dict[str, Any] = field(default_factory=dict)  # plugin options (NGRAM flags)
+    # For COLOCATED_ALGORITHMS: the verifier's co-location socket, in a private (0700) directory.
+    colocation_socket: Path | None = None
 
     @classmethod
     def on_free_ports(
@@ -56,6 +63,8 @@ class ServeConfig:
             served_model_name=None,
             verifier_metrics_port=None,
         )
+        if algorithm.lower() in COLOCATED_ALGORITHMS:
+            defaults["colocation_socket"] = private_socket_path()
         return cls(model_path=model_path, algorithm=algorithm, **{**defaults, **overrides})
 
     @property
@@ -63,8 +72,20 @@ class ServeConfig:
         return self.algorithm.upper() != "NONE"
 
     @property
+    def colocated(self) -> bool:
+        return self.speculative and self.colocation_socket is not None
+
+    @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+
+def private_socket_path() -> Path:
+    """A socket path in a new directory only this user can enter (mkdtemp makes it 0700): the
+    socket hands out handles to the verifier's memory. The directory goes when this process exits."""
+    directory = Path(tempfile.mkdtemp(prefix="treespec-"))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    return directory / "colocation.sock"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -105,6 +126,9 @@ def _run(ns: argparse.Namespace) -> int:
         served_model_name=ns.served_model_name,
         verifier_metrics_port=ns.verifier_metrics_port,
         drafter_options=options,
+        colocation_socket=(
+            private_socket_path() if ns.speculative_algorithm.lower() in COLOCATED_ALGORITHMS else None
+        ),
     )
     supervisor = Supervisor(services(config))
     supervisor.start_all()
@@ -113,6 +137,8 @@ def _run(ns: argparse.Namespace) -> int:
 
 
 def services(c: ServeConfig) -> list[ServiceProcess]:
+    """Drafter, verifier, gateway; a co-located drafter starts after the verifier, whose socket it
+    attaches to (the verifier decodes plainly until the drafter is up)."""
     model = ["--model-path", str(c.model_path)]
     verifier_address = f"127.0.0.1:{c.verifier_port}"
     drafter_address = f"127.0.0.1:{c.drafter_port}"
@@ -121,6 +147,9 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
     if c.speculative:
         drafter = ["drafter", "--kind", c.algorithm, *model, "--port", str(c.drafter_port)]
         drafter += option_arguments(c.drafter_options)
+        if c.colocation_socket is not None:
+            drafter += ["--colocate", str(c.colocation_socket)]
+            verifier += ["--colocation-socket", str(c.colocation_socket)]
         out.append(ServiceProcess("drafter", drafter, lambda: grpc_serving(drafter_address)))
         verifier += [
             "--drafter-address", drafter_address,
@@ -135,7 +164,8 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
         verifier += ["--metrics-port", str(c.verifier_metrics_port)]
     if c.served_model_name:
         verifier += ["--served-model-name", c.served_model_name]
-    out.append(ServiceProcess("verifier", verifier, lambda: grpc_serving(verifier_address)))
+    verifier_process = ServiceProcess("verifier", verifier, lambda: grpc_serving(verifier_address))
+    out.insert(0 if c.colocated else len(out), verifier_process)  # a co-located drafter needs its socket
     gateway = [
         "gateway",
         *model,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,6 +69,13 @@ def _speculation_arguments(p: argparse.ArgumentParser) -> None:
         help="drafter servers: host:port[,host:port...] or dns:///name:port",
     )
     p.add_argument("--draft-deadline-ms", type=float, default=50.0, help="wait for remote drafts at most")
+    p.add_argument(
+        "--colocation-socket",
+        default=None,
+        metavar="PATH",
+        help="with --drafter-address: a Unix socket where drafter processes on this machine "
+        "(treespec drafter --colocate PATH) map the target's embedding and features (CPU only)",
+    )
     add_ngram_arguments(p)
 
 
@@ -97,6 +105,7 @@ def config_from_args(ns: argparse.Namespace) -> VerifierServerConfig:
         remote_targets=remote,
         deadline_s=ns.draft_deadline_ms / 1000.0,
         options=options if ns.speculative_algorithm.lower() == "ngram" else {},
+        colocation_socket=ns.colocation_socket,
     )
     budget = resolve_budget(ns, ns.speculative_algorithm, options)
     speculation = SpeculationParams(
@@ -123,10 +132,34 @@ def config_from_args(ns: argparse.Namespace) -> VerifierServerConfig:
     )
 
 
+def colocation_problem(ns: argparse.Namespace) -> str | None:
+    """Why --colocation-socket cannot work with the other flags, if it cannot."""
+    from treespec.shared.drafting.colocation_wire import socket_path
+
+    if ns.colocation_socket is None:
+        return None
+    if not ns.drafter_address:
+        return "--colocation-socket is for drafter servers: give --drafter-address too"
+    if ns.device.startswith("cuda"):
+        return (
+            "--colocation-socket shares CPU memory; on a CUDA device it would need CUDA IPC, which is "
+            "not implemented (not verified on a GPU): run the drafter in process instead"
+        )
+    try:
+        socket_path(ns.colocation_socket)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _run(ns: argparse.Namespace) -> int:
     from treespec.shared.telemetry.tracing import build_tracer_provider, install_tracer_provider
     from treespec.verifier.server.app import serve_until_signalled
 
+    problem = colocation_problem(ns)
+    if problem is not None:
+        print(f"treespec verifier: error: {problem}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     config = config_from_args(ns)
     provider = build_tracer_provider("treespec-verifier")

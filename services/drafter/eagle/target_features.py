@@ -14,8 +14,12 @@ from treespec.shared.model.kv_cache import KVCache
 
 
 def default_aux_layer_ids(num_layers: int) -> tuple[int, ...]:
-    """EAGLE-3's default, as "output of layer id": the residual stream entering layers 2, L/2 and L-3."""
-    return (1, num_layers // 2 - 1, num_layers - 4)
+    """EAGLE-3's default, as "output of layer id": the residual stream entering layers 2, L/2 and L-3
+    (SGLang's choice). Shallow targets, where those coincide, get three distinct early layers."""
+    ids = (1, num_layers // 2 - 1, num_layers - 4)
+    if len(set(ids)) == 3 and min(ids) >= 0:
+        return ids
+    return tuple(range(-1, min(num_layers, 3) - 1))  # -1: the embedding output
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from opentelemetry import trace
 from treespec.drafter.server.session import DraftSession, Proposal, ProposalItem
 from treespec.drafter.server.spans import RequestSpans
 from treespec.shared.drafting.drafter import Drafter
+from treespec.shared.drafting.features import FeatureSlots
 from treespec.shared.rpc.tree_codec import budget_from_proto, tree_to_proto
 from treespec.shared.telemetry.tracing import TRACER_NAME
 from treespec.v1 import drafter_pb2, drafter_pb2_grpc
@@ -63,7 +64,8 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
             m = message.open
             await self._run(session.open, m.request_id, list(m.token_ids), dict(m.trace_context))
         elif kind == "advance":
-            await self._run(session.advance, message.advance.request_id, list(message.advance.token_ids))
+            m = message.advance
+            await self._run(session.advance, m.request_id, list(m.token_ids), _features(m))
         elif kind == "close":
             await self._run(session.close, message.close.request_id)
         elif kind == "propose":
@@ -82,6 +84,12 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
             self._executor.submit(fn)
         except RuntimeError:  # shut down already: the process is exiting
             log.debug("plugin thread gone; skipping stream clean-up")
+
+
+def _features(message: drafter_pb2.AdvanceDraft) -> FeatureSlots | None:
+    if not message.HasField("features"):
+        return None
+    return FeatureSlots(message.features.start, tuple(message.features.slots))
 
 
 def _item(message: drafter_pb2.ProposeItem) -> ProposalItem:

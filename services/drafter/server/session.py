@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from treespec.drafter.server.spans import RequestSpans
 from treespec.shared.drafting.drafter import Drafter, DraftQuery
+from treespec.shared.drafting.features import FeatureSlots
 from treespec.shared.drafting.token_tree import TokenTree, TreeBudget
 from treespec.shared.warn_once import WarnOnce
 
@@ -57,9 +58,13 @@ class DraftSession:
             self._open.add(request_id)
             self._spans.start(key, request_id, trace_context)
 
-    def advance(self, request_id: str, token_ids: Sequence[int]) -> None:
+    def advance(
+        self, request_id: str, token_ids: Sequence[int], features: FeatureSlots | None = None
+    ) -> None:
+        """`features`: where a co-located plugin finds the target's features of the new positions."""
         if request_id in self._open and token_ids:
-            self._call("commit", self.key(request_id), list(token_ids))
+            extra = () if features is None else (features,)
+            self._call("commit", self.key(request_id), list(token_ids), *extra)
 
     def close(self, request_id: str) -> None:
         if request_id in self._open:

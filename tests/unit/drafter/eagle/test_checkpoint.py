@@ -58,7 +58,7 @@ def test_qwen_style_head_with_qkv_bias(tmp_path: Path) -> None:
     path = write_eagle(tmp_path / "h", 64, 97, arch="Qwen2ForCausalLMEagle", qkv_bias=True)
     head = load_head(path, TARGET)
     assert head.config.attention_bias
-    assert head.layers[0].self_attn.q_proj.bias is not None
+    assert head.layer.self_attn.q_proj.bias is not None
 
 
 @pytest.mark.parametrize(
@@ -82,11 +82,11 @@ def test_missing_or_misshapen_tensors_are_named(tmp_path: Path) -> None:
     (path / "config.json").write_text(json.dumps(config))
     with pytest.raises(HeadConfigError, match=r"mlp\.\w+_proj\.weight has shape"):
         load_head(path, TARGET)
-    with pytest.raises(HeadConfigError, match="no config.json"):
+    with pytest.raises(HeadConfigError, match=r"no config\.json"):
         load_head(tmp_path, TARGET)
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"]}))
-    with pytest.raises(HeadConfigError, match="no model.safetensors or pytorch_model.bin"):
+    with pytest.raises(HeadConfigError, match=r"no model\.safetensors or pytorch_model\.bin"):
         load_head(tmp_path / "x", TARGET)
 
 

@@ -1,0 +1,44 @@
+"""EAGLE-3's reduced draft vocabulary: the most frequent tokens the target generated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from treespec.drafter.eagle.training.dataset import Sequence
+
+
+@dataclass(frozen=True)
+class DraftVocab:
+    target_ids: torch.Tensor  # [D] long, ascending: draft id -> target id
+    coverage: float  # share of the generated tokens it holds
+
+    @property
+    def d2t(self) -> torch.Tensor:
+        """The public offset encoding: target id = draft id + d2t[draft id]."""
+        return self.target_ids - torch.arange(self.target_ids.shape[0])
+
+    def t2d(self, vocab_size: int) -> torch.Tensor:
+        mask = torch.zeros(vocab_size, dtype=torch.bool)
+        mask[self.target_ids] = True
+        return mask
+
+    def draft_index(self, vocab_size: int) -> torch.Tensor:
+        """[vocab] long: the draft id of each target id, -1 where it has none."""
+        index = torch.full((vocab_size,), -1, dtype=torch.long)
+        index[self.target_ids] = torch.arange(self.target_ids.shape[0])
+        return index
+
+
+def choose_draft_vocab(sequences: list[Sequence], vocab_size: int, size: int) -> DraftVocab:
+    """The `size` target tokens most often generated (the target's greedy next tokens in the answers)."""
+    counts = torch.zeros(vocab_size, dtype=torch.long)
+    for s in sequences:
+        generated = s.next_argmax[max(0, s.answer_start - 1) :]
+        counts += torch.bincount(generated, minlength=vocab_size)
+    size = min(size, vocab_size)
+    top = counts.topk(size).indices.sort().values
+    total = int(counts.sum())
+    coverage = float(counts[top].sum()) / total if total else 0.0
+    return DraftVocab(top, coverage)

@@ -1,0 +1,146 @@
+"""`treespec train-eagle`: make the data with the target itself, then train a head in a public format."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+
+from treespec.drafter.eagle.checkpoint import TargetShape, feature_spec, save_head
+from treespec.drafter.eagle.head import EagleHead
+from treespec.drafter.eagle.head_config import EagleFormat, EagleHeadConfig
+from treespec.drafter.eagle.target_features import default_aux_layer_ids
+from treespec.drafter.eagle.training.conversations import ConversationSettings
+from treespec.drafter.eagle.training.data_stage import DataSettings, build_dataset
+from treespec.drafter.eagle.training.dataset import read_all
+from treespec.drafter.eagle.training.draft_vocab import choose_draft_vocab
+from treespec.drafter.eagle.training.trainer import Trainer, TrainSettings
+from treespec.drafter.eagle.training.unrolled import TrainingTargets
+from treespec.shared.drafting.features import FeatureSpec
+from treespec.shared.model.config import ModelConfig
+from treespec.shared.model.loader import LoadOptions, load_model
+
+log = logging.getLogger(__name__)
+RECORD_FILE = "training.json"
+
+
+@dataclass(frozen=True)
+class TrainEagleConfig:
+    target: Path
+    output: Path
+    format: EagleFormat
+    data_dir: Path
+    data_tokens: int
+    train: TrainSettings
+    draft_vocab: int = 8192
+    data_batch: int = 32
+    answer_tokens: int = 256
+
+
+def run(config: TrainEagleConfig) -> dict[str, object]:
+    started = time.monotonic()
+    target_config = ModelConfig.from_dir(config.target)
+    shape = TargetShape(target_config.hidden_size, target_config.vocab_size, target_config.num_layers)
+    head_config = _head_config(target_config, config)
+    spec: FeatureSpec = feature_spec(head_config, shape)
+    manifest = build_dataset(
+        DataSettings(
+            config.target,
+            config.data_dir,
+            spec,
+            config.data_tokens,
+            batch_size=config.data_batch,
+            conversations=ConversationSettings(answer_tokens=config.answer_tokens),
+            progress=config.train.progress,
+        )
+    )
+    data_seconds = time.monotonic() - started
+    sequences = read_all(config.data_dir)
+    model = load_model(config.target, LoadOptions(pack_weights=False))
+    w = model.weights
+    embed = (w.embed if w.embed is not None else w.lm_head.t()).float()
+    lm_head = w.lm_head.t().float()  # [V, H] rows
+    if head_config.is_eagle3:
+        vocab = choose_draft_vocab(sequences, target_config.vocab_size, config.draft_vocab)
+        head_config = _with_draft_vocab(head_config, int(vocab.target_ids.shape[0]))
+        head = _init_eagle3_head(head_config, lm_head[vocab.target_ids], w.norm.float())
+        head.get_buffer("d2t").copy_(vocab.d2t)
+        head.get_buffer("t2d").copy_(vocab.t2d(target_config.vocab_size))
+        targets = TrainingTargets(embed, None, vocab.draft_index(target_config.vocab_size))
+        coverage: float | None = vocab.coverage
+    else:
+        head = EagleHead(head_config)
+        targets = TrainingTargets(embed, lm_head, None)
+        coverage = None
+    del model
+    trainer = Trainer(head, targets, sequences, config.train)
+    resumed = trainer.resume(shape)
+    report = trainer.train()
+    save_head(head, config.output, dtype=torch.bfloat16)
+    record: dict[str, object] = {
+        "format": config.format.value,
+        "target": str(config.target),
+        "data": {
+            "sequences": manifest.num_sequences,
+            "tokens": manifest.num_tokens,
+            "answer_tokens": manifest.num_answer_tokens,
+            "seconds_this_run": round(data_seconds, 1),
+        },
+        "draft_vocab": head.config.draft_vocab_size,
+        "draft_vocab_coverage": coverage,
+        "train": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config.train).items()},
+        "resumed": resumed,
+        "steps": report.steps,
+        "train_seconds_this_run": round(report.seconds, 1),
+        "train_tokens_this_run": report.tokens,
+        "final_accuracy_per_step": [round(a, 4) for a in report.accuracy],
+        "size_bytes": (config.output / "model.safetensors").stat().st_size,
+    }
+    (config.output / RECORD_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+def _head_config(target: ModelConfig, config: TrainEagleConfig) -> EagleHeadConfig:
+    eagle3 = config.format is EagleFormat.EAGLE3
+    raw = {
+        "rope_theta": float(target.raw.get("rope_theta", 10000.0)),
+        "max_position_embeddings": target.max_position_embeddings,
+    }
+    for key in ("rope_scaling", "rope_parameters"):
+        if target.raw.get(key):
+            raw[key] = target.raw[key]
+    return EagleHeadConfig(
+        format=config.format,
+        hidden_size=target.hidden_size,
+        intermediate_size=target.intermediate_size,
+        num_heads=target.num_heads,
+        num_kv_heads=target.num_kv_heads,
+        head_dim=target.head_dim,
+        rms_norm_eps=target.rms_norm_eps,
+        vocab_size=target.vocab_size,
+        draft_vocab_size=target.vocab_size,
+        target_hidden_size=target.hidden_size,
+        aux_layer_ids=default_aux_layer_ids(target.num_layers) if eagle3 else (),
+        fc_bias=not eagle3,
+        attention_bias=target.attention_bias,
+        raw=raw,
+    )
+
+
+def _with_draft_vocab(config: EagleHeadConfig, size: int) -> EagleHeadConfig:
+    return replace(config, draft_vocab_size=size)
+
+
+def _init_eagle3_head(config: EagleHeadConfig, lm_head_rows: torch.Tensor, norm: torch.Tensor) -> EagleHead:
+    """An EAGLE-3 head whose norm and lm_head start as the target's (its rows of the draft vocabulary):
+    the head starts out reading its output the way the target reads its last hidden state, which
+    leaves less to learn from a small dataset."""
+    head = EagleHead(config)
+    with torch.no_grad():
+        head.norm.weight.copy_(norm)
+        head.lm_head.weight.copy_(lm_head_rows)
+    return head

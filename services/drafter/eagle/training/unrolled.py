@@ -1,0 +1,106 @@
+"""The training-time test: several drafting steps unrolled over every position of a sequence.
+
+Step 0 at row i reads the target's features of position i and the embedding of token i + 1, and
+predicts token i + 2, attending causally over rows <= i. Step j > 0 at row i reads the head's own
+output of step j - 1 at row i and token i + 1 + j, at position i + j; it attends to step 0's keys of
+rows <= i and to its own row's keys of steps 1..j, which is what a drafted node sees when drafting
+(the committed context and its own ancestors). Later steps weigh `decay ** j` in the loss.
+
+Losses: EAGLE-3: cross-entropy over the draft vocabulary against the target's greedy next token
+(positions whose token is outside it are left out). EAGLE(-2): smooth-L1 between the output and the
+target's feature of the next position, plus 0.1 x cross-entropy through the target's lm_head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from treespec.drafter.eagle.head import EagleHead, attend
+from treespec.drafter.eagle.training.dataset import Sequence
+
+TOKEN_LOSS_WEIGHT_EAGLE = 0.1
+
+
+@dataclass(frozen=True)
+class TrainingTargets:
+    embed: torch.Tensor  # [V, H] the target's embedding (frozen)
+    lm_head: torch.Tensor | None  # [V, H] the target's output rows (EAGLE format; frozen)
+    draft_index: torch.Tensor | None  # [V] long: target id -> draft id or -1 (EAGLE-3)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    loss: torch.Tensor  # weighted sum over steps (a scalar with grad)
+    correct: list[int]  # per step: rows whose top-1 prediction was the target's token
+    counted: list[int]  # per step: rows in the loss
+
+
+def unrolled_loss(
+    head: EagleHead, seq: Sequence, targets: TrainingTargets, steps: int, decay: float
+) -> StepResult:
+    n = int(seq.input_ids.shape[0])
+    ids = seq.input_ids
+    rows = torch.arange(n)
+    hidden = seq.features.float()
+    keys: list[torch.Tensor] = []
+    values: list[torch.Tensor] = []
+    total = torch.zeros(())
+    correct, counted = [], []
+    for j in range(steps):
+        token_at = (rows + 1 + j).clamp(max=n - 1)
+        embeds = targets.embed[ids[token_at]]
+        li = head.layer_input(embeds, hidden)
+        qkv = head.qkv(li.attn_in, rows + j)
+        keys.append(qkv.k)
+        values.append(qkv.v)
+        out = head.finish(li.residual, attend(qkv.q, torch.cat(keys), torch.cat(values), _mask(n, j)))
+        label_at = rows + 1 + j  # the target's greedy token after position i + 1 + j
+        valid = (label_at < n) & (label_at >= seq.answer_start - 1)
+        loss, hit, count = _step_loss(
+            head, out.for_logits, out.hidden, seq, label_at.clamp(max=n - 1), valid, targets
+        )
+        total = total + (decay**j) * loss
+        correct.append(hit)
+        counted.append(count)
+        hidden = out.hidden
+    return StepResult(total, correct, counted)
+
+
+def _mask(n: int, j: int) -> torch.Tensor:
+    """[n, n * (j + 1)]: causal over step 0's keys, then the diagonal of every later step."""
+    eye = torch.eye(n, dtype=torch.bool)
+    return torch.cat([torch.ones(n, n, dtype=torch.bool).tril(), *([eye] * j)], dim=1)
+
+
+def _step_loss(
+    head: EagleHead,
+    for_logits: torch.Tensor,
+    out_hidden: torch.Tensor,
+    seq: Sequence,
+    label_at: torch.Tensor,
+    valid: torch.Tensor,
+    targets: TrainingTargets,
+) -> tuple[torch.Tensor, int, int]:
+    labels = seq.next_argmax[label_at]
+    if head.config.is_eagle3:
+        assert targets.draft_index is not None
+        draft_labels = targets.draft_index[labels]
+        keep = valid & (draft_labels >= 0)
+        if not bool(keep.any()):
+            return torch.zeros(()), 0, 0
+        logits = head.lm_head(for_logits[keep])
+        loss = F.cross_entropy(logits, draft_labels[keep])
+        hit = int((logits.argmax(-1) == draft_labels[keep]).sum())
+        return loss, hit, int(keep.sum())
+    assert targets.lm_head is not None
+    if not bool(valid.any()):
+        return torch.zeros(()), 0, 0
+    feature_next = seq.features[label_at].float()
+    regression = F.smooth_l1_loss(out_hidden[valid], feature_next[valid])
+    logits = for_logits[valid] @ targets.lm_head.t()
+    token = F.cross_entropy(logits, labels[valid])
+    hit = int((logits.argmax(-1) == labels[valid]).sum())
+    return regression + TOKEN_LOSS_WEIGHT_EAGLE * token, hit, int(valid.sum())

@@ -1,0 +1,100 @@
+"""`treespec train-eagle`: train an EAGLE-3 (or EAGLE) head for a target, written in the public format."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+from treespec.shared.model.store import DEFAULT_MODELS_DIR, models_dir, resolve_model_path
+
+DEFAULT_WORK_DIR = Path("~/.cache/treespec/train-eagle")
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "train-eagle",
+        help="train an EAGLE-3 / EAGLE head for a target model (self-distilled data)",
+        description=(
+            "Make self-distillation data with the target itself (it writes the user turns and answers "
+            "them through the verifier engine), then train a head with the training-time test. "
+            "Both stages resume where an interrupted run stopped. The head is written in the public "
+            "format (config.json + model.safetensors), with training.json recording how it was made."
+        ),
+    )
+    parser.add_argument(
+        "--target",
+        default=None,
+        metavar="DIR",
+        help=f"the target's HF folder (default: the bundled model in {DEFAULT_MODELS_DIR})",
+    )
+    parser.add_argument("--format", choices=["eagle3", "eagle"], default="eagle3")
+    parser.add_argument("--output", required=True, metavar="DIR", help="where the head is written")
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        metavar="DIR",
+        help=f"the training data (default: {DEFAULT_WORK_DIR}/<target>-<format>/data)",
+    )
+    parser.add_argument("--data-tokens", type=int, default=100_000, help="answer tokens to generate")
+    parser.add_argument("--data-batch", type=int, default=32, help="conversations generated at once")
+    parser.add_argument("--answer-tokens", type=int, default=256, help="longest generated answer")
+    parser.add_argument("--steps", type=int, default=600, help="optimizer steps")
+    parser.add_argument("--batch-tokens", type=int, default=4096, help="tokens per optimizer step")
+    parser.add_argument("--lr", type=float, default=5e-4)
+    parser.add_argument(
+        "--ttt-steps", type=int, default=None, help="unrolled drafting steps (eagle3: 4, eagle: 1)"
+    )
+    parser.add_argument("--draft-vocab", type=int, default=8192, help="EAGLE-3's draft vocabulary size")
+    parser.add_argument("--save-every", type=int, default=50, help="checkpoint every N steps")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import torch
+
+    from treespec.drafter.eagle.head_config import EagleFormat
+    from treespec.drafter.eagle.training.run import TrainEagleConfig, run
+    from treespec.drafter.eagle.training.trainer import TrainSettings
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    target = resolve_model_path(args.target, models_dir())
+    fmt = EagleFormat(args.format)
+    output = Path(args.output).expanduser()
+    data_dir = (
+        Path(args.data_dir).expanduser()
+        if args.data_dir
+        else DEFAULT_WORK_DIR.expanduser() / f"{target.name}-{fmt.value}" / "data"
+    )
+    ttt = args.ttt_steps if args.ttt_steps is not None else (4 if fmt is EagleFormat.EAGLE3 else 1)
+    settings = TrainSettings(
+        output=output,
+        steps=args.steps,
+        batch_tokens=args.batch_tokens,
+        lr=args.lr,
+        ttt_steps=ttt,
+        save_every=args.save_every,
+        seed=args.seed,
+        progress=not args.no_progress,
+    )
+    record = run(
+        TrainEagleConfig(
+            target=target,
+            output=output,
+            format=fmt,
+            data_dir=data_dir,
+            data_tokens=args.data_tokens,
+            train=settings,
+            draft_vocab=args.draft_vocab,
+            data_batch=args.data_batch,
+            answer_tokens=args.answer_tokens,
+        )
+    )
+    print(json.dumps(record, indent=2))
+    return 0

@@ -1,0 +1,213 @@
+"""The verifier's side of co-location: a Unix socket where a drafter process on the same machine
+asks for the target's tensors and a feature ring, and gets shared memory handles back.
+
+The first handshake moves the target's embedding and lm_head into shared memory (shared_target.py);
+a handshake with a FeatureSpec creates the ring the verifier publishes features into (its
+`feature_ring`), or reuses it for the same spec, so that a restarted drafter or a second replica
+reads the same rows. One spec per verifier: the engine captures one set of features per step.
+The drafter's side is ColocatedTargetAccess (colocated_access.py); messages: colocation_wire.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import stat
+import struct
+import threading
+from pathlib import Path
+
+from treespec.shared.drafting.colocation_wire import (
+    ColocationError,
+    HandshakeReply,
+    HandshakeRequest,
+    recv_json,
+    send_json,
+    socket_path,
+)
+from treespec.shared.drafting.features import FeatureRing, FeatureSpec
+from treespec.shared.drafting.shared_target import SharedTarget, share_target
+from treespec.shared.drafting.shared_tensor import SharedTensor, SharedTensorError
+from treespec.shared.model.causal_lm import CausalLM
+
+log = logging.getLogger(__name__)
+
+ACCEPT_POLL_S = 0.2  # how soon the server thread notices `close`
+PEER_TIMEOUT_S = 5.0  # a connected peer that says nothing is dropped after this
+_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid (Linux SO_PEERCRED)
+
+
+class ColocationServer:
+    """Listens on `path` (AF_UNIX only, mode 0600) in a daemon thread once started.
+
+    On CPU only: on a GPU the handles would have to be CUDA IPC handles, which are not implemented
+    (nothing here could be verified without a GPU), so a CUDA model is refused up front.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], model: CausalLM) -> None:
+        if model.device.type != "cpu":
+            raise ColocationError(
+                f"co-location shares CPU memory only; the target is on {model.device}, which would need "
+                "CUDA IPC (not implemented: not verified on a GPU). Run the drafter in process instead"
+            )
+        self.path = socket_path(path)
+        self.model = model
+        self._lock = threading.Lock()
+        self._target: SharedTarget | None = None
+        self._ring: FeatureRing | None = None
+        self._ring_segment: SharedTensor | None = None
+        self._listener: socket.socket | None = None
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="colocation", daemon=True)
+
+    @property
+    def feature_ring(self) -> FeatureRing | None:
+        """The ring to publish into: None until a drafter asked for features."""
+        return self._ring
+
+    def start(self) -> ColocationServer:
+        self._listener = _bind(self.path)
+        self._thread.start()
+        log.info("co-location socket at %s", self.path)
+        return self
+
+    def close(self) -> None:
+        """Stop listening, remove the socket file, unlink the shared segments (idempotent). Drafters
+        that attached keep their mappings; nothing new can attach."""
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+        with self._lock:
+            if self._target is not None:
+                self._target.unlink()
+            if self._ring_segment is not None:
+                self._ring_segment.unlink()
+
+    def __enter__(self) -> ColocationServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def handshake(self, request: HandshakeRequest) -> HandshakeReply:
+        """Export what the request needs (once) and say where it lies. Raises ValueError for a spec
+        this target cannot publish, ColocationError or SharedTensorError when sharing fails."""
+        c = self.model.config
+        with self._lock:
+            if self._target is None:
+                self._target = share_target(self.model)
+            ring = None if request.spec is None else self._ring_for(request.spec, request.capacity).handle
+            target = self._target
+        return HandshakeReply(c.num_layers, c.hidden_size, c.vocab_size, target.embed, target.lm_head, ring)
+
+    # ---- internals ---------------------------------------------------------------------------------
+
+    def _ring_for(self, spec: FeatureSpec, capacity: int) -> SharedTensor:
+        _check_spec(spec, self.model)
+        if self._ring is not None and self._ring_segment is not None:
+            if self._ring.spec != spec:
+                raise ValueError(
+                    f"this verifier already publishes {self._ring.spec}; one feature spec per verifier "
+                    f"(asked for {spec})"
+                )
+            if capacity > self._ring.capacity:
+                raise ValueError(
+                    f"the feature ring holds {self._ring.capacity} rows; {capacity} asked (restart the "
+                    "verifier to grow it)"
+                )
+            return self._ring_segment
+        segment = SharedTensor((capacity, spec.width), self.model.dtype)
+        self._ring_segment = segment
+        self._ring = FeatureRing(spec, segment.tensor)
+        log.info("publishing target features %s into a ring of %d rows", spec, capacity)
+        return segment
+
+    def _serve(self) -> None:
+        listener = self._listener
+        assert listener is not None
+        listener.settimeout(ACCEPT_POLL_S)
+        while not self._stopping.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError as exc:
+                log.warning("co-location socket failed: %r", exc)
+                return
+            with conn:
+                self._answer(conn)
+
+    def _answer(self, conn: socket.socket) -> None:
+        """One handshake per connection; a peer's mistake is answered, never raised."""
+        conn.settimeout(PEER_TIMEOUT_S)
+        try:
+            pid, uid = _peer(conn)
+            if uid != os.geteuid():
+                send_json(conn, {"error": f"uid {uid} may not attach to this verifier's memory"})
+                return
+            request = HandshakeRequest.from_json(recv_json(conn))
+            reply = self.handshake(request)
+            send_json(conn, reply.to_json())
+            log.info("co-located drafter (pid %d) attached (features: %s)", pid, request.spec)
+        except (ValueError, KeyError, TypeError, ColocationError, SharedTensorError) as exc:
+            log.warning("co-location handshake refused: %s", exc)
+            with contextlib.suppress(OSError):
+                send_json(conn, {"error": str(exc)})
+        except OSError as exc:
+            log.warning("co-location peer went away: %r", exc)
+
+
+def _check_spec(spec: FeatureSpec, model: CausalLM) -> None:
+    """Refused here rather than failing the engine's forward: a wrong width or layer would break
+    every step of the verifier, not only the drafter."""
+    c = model.config
+    if spec.hidden_size != c.hidden_size:
+        raise ValueError(f"feature hidden_size {spec.hidden_size} != the target's {c.hidden_size}")
+    ids = spec.aux_layer_ids
+    if len(set(ids)) != len(ids) or any(not 0 <= i + 1 < c.num_layers for i in ids):
+        raise ValueError(f"aux_layer_ids {ids} must be distinct, in -1..{c.num_layers - 2}")
+
+
+def _bind(path: Path) -> socket.socket:
+    """Bind a fresh socket file, readable and writable by this user only. A stale socket file (its
+    server is gone) is replaced; a live one, or any other file, is an error."""
+    if path.exists() or path.is_symlink():
+        if not stat.S_ISSOCK(path.lstat().st_mode):
+            raise ColocationError(f"{path} exists and is not a socket")
+        if _answers(path):
+            raise ColocationError(f"another process is serving co-location at {path}")
+        path.unlink()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(os.fspath(path))
+        # Between bind and chmod another user could connect: the peer's uid is checked as well.
+        os.chmod(path, 0o600)
+        listener.listen(8)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
+
+
+def _answers(path: Path) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(os.fspath(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+def _peer(conn: socket.socket) -> tuple[int, int]:
+    """The connected process's pid and uid, as the kernel reports them (not as the peer claims)."""
+    pid, uid, _ = _UCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+    return pid, uid
