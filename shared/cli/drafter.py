@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from treespec.shared.cli.ngram_flags import add_ngram_arguments, ngram_options
+from treespec.shared.cli.plugin_flags import add_plugin_arguments, plugin_options
 
 DEFAULT_PORT = 50061
 
@@ -42,7 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="the verifier's --colocation-socket: read its embedding and features through shared "
         "memory (same machine, CPU; needed by EAGLE)",
     )
-    add_ngram_arguments(parser)
+    add_plugin_arguments(parser)
     parser.set_defaults(handler=_drafter)
 
 
@@ -55,7 +55,7 @@ def _drafter(args: argparse.Namespace) -> int:
     from treespec.shared.drafting.shared_tensor import SharedTensorError
 
     try:
-        flags = ngram_options(args) if args.kind.lower() == "ngram" else {}
+        flags = plugin_options(args, args.kind)
         options = {**flags, **parse_options(args.option)}
         vocab_size = args.vocab_size if args.vocab_size is not None else read_vocab_size(args.model_path)
         # Nothing is asked of the verifier yet: a plugin that reads the target connects in `create`.

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from treespec.shared.cli.ngram_flags import add_ngram_arguments, ngram_options, option_arguments
+from treespec.shared.cli.ngram_flags import option_arguments
+from treespec.shared.cli.plugin_flags import add_plugin_arguments, plugin_options
 from treespec.shared.cli.speculation_flags import add_budget_arguments, default_budget, resolve_budget
 from treespec.shared.launcher.health import grpc_serving, http_ok
 from treespec.shared.launcher.ports import free_port
@@ -103,13 +104,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--draft-deadline-ms", type=int, default=50)
     p.add_argument("--api-key", action="append", default=[], help="accepted API key (repeatable)")
     p.add_argument("--served-model-name", default=None)
-    add_ngram_arguments(p)
+    add_plugin_arguments(p)
     p.set_defaults(handler=_run)
 
 
 def _run(ns: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    options = ngram_options(ns) if ns.speculative_algorithm.lower() == "ngram" else {}
+    options = plugin_options(ns, ns.speculative_algorithm)
     budget = resolve_budget(ns, ns.speculative_algorithm, options)
     config = ServeConfig(
         model_path=resolve_model_path(ns.model_path, models_dir()),

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from treespec.shared.cli.ngram_flags import add_ngram_arguments, ngram_options
+from treespec.shared.cli.plugin_flags import add_plugin_arguments, plugin_options
 from treespec.shared.cli.speculation_flags import add_budget_arguments, resolve_budget
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def _speculation_arguments(p: argparse.ArgumentParser) -> None:
         help="with --drafter-address: a Unix socket where drafter processes on this machine "
         "(treespec drafter --colocate PATH) map the target's embedding and features (CPU only)",
     )
-    add_ngram_arguments(p)
+    add_plugin_arguments(p)
 
 
 def _algorithm(value: str) -> str:
@@ -99,12 +99,12 @@ def config_from_args(ns: argparse.Namespace) -> VerifierServerConfig:
     from treespec.verifier.server.drafters import DrafterSpec
 
     remote = tuple(a.strip() for a in (ns.drafter_address or "").split(",") if a.strip())
-    options = ngram_options(ns)
+    options = plugin_options(ns, ns.speculative_algorithm)
     drafter = DrafterSpec(
         algorithm=None if ns.speculative_algorithm == NONE else ns.speculative_algorithm,
         remote_targets=remote,
         deadline_s=ns.draft_deadline_ms / 1000.0,
-        options=options if ns.speculative_algorithm.lower() == "ngram" else {},
+        options=options,
         colocation_socket=ns.colocation_socket,
     )
     budget = resolve_budget(ns, ns.speculative_algorithm, options)

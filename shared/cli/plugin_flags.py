@@ -1,0 +1,23 @@
+"""The plugin options a command line gives the drafter it runs: each algorithm reads its own flags."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from treespec.shared.cli.eagle_flags import EAGLE_ALGORITHMS, add_eagle_arguments, eagle_options
+from treespec.shared.cli.ngram_flags import add_ngram_arguments, ngram_options
+
+
+def add_plugin_arguments(parser: argparse.ArgumentParser) -> None:
+    add_ngram_arguments(parser)
+    add_eagle_arguments(parser)
+
+
+def plugin_options(ns: argparse.Namespace, algorithm: str | None) -> dict[str, Any]:
+    name = (algorithm or "").lower()
+    if name == "ngram":
+        return ngram_options(ns)
+    if name in EAGLE_ALGORITHMS:
+        return eagle_options(ns)
+    return {}
