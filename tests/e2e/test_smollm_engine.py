@@ -14,6 +14,8 @@ from treespec.drafter.ngram.drafter import NgramDrafter
 from treespec.drafter.oracle.drafter import OracleDrafter
 from treespec.drafter.random_tree.drafter import RandomTreeDrafter
 from treespec.shared.drafting.drafter import Drafter, DrafterContext
+from treespec.shared.drafting.registry import create_drafter
+from treespec.shared.drafting.target_access import LocalTargetAccess
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine
@@ -60,7 +62,7 @@ def test_plain_greedy_reproduces_hf_generate(
         assert match.ok, f"diverged from HF at token {match.diverged_at} (top-2 gap {match.gap})"
 
 
-@pytest.mark.parametrize("kind", ["random", "oracle", "ngram"])
+@pytest.mark.parametrize("kind", ["random", "oracle", "ngram", "eagle3"])
 def test_speculation_is_lossless_batched(
     smollm_path: Path,
     smollm: CausalLM,
@@ -76,6 +78,8 @@ def test_speculation_is_lossless_batched(
         drafter = RandomTreeDrafter(vocab, seed=0)
     elif kind == "oracle":
         drafter = OracleDrafter({tuple(p): o for p, o in zip(bench_prompt_ids, plain, strict=True)}, vocab)
+    elif kind == "eagle3":  # the head shipped for this model, in process
+        drafter = create_drafter("eagle3", DrafterContext(vocab, smollm_path, {}, LocalTargetAccess(smollm)))
     else:
         drafter = NgramDrafter.create(DrafterContext(vocab, smollm_path))
         b = drafter.config.default_budget()

@@ -14,8 +14,25 @@ import torch.nn.functional as F
 from torch import nn
 
 from treespec.drafter.eagle.head_config import EagleHeadConfig
-from treespec.shared.model.linear import linear
+from treespec.shared.model.linear import linear, pack_weight, packing_supported
 from treespec.shared.model.rope import RopeTables, apply_rope, build_rope_tables
+
+
+class PackedLinear(nn.Linear):
+    """nn.Linear that, once `pack`ed for inference, multiplies with oneDNN's packed weight (CPU float32:
+    a few rows cost about what one does, see shared/model/linear.py); training uses the plain path."""
+
+    packed: torch.Tensor | None = None
+
+    def pack(self) -> None:
+        self.packed = pack_weight(self.weight.detach().t().contiguous())
+
+
+def apply(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    packed = getattr(layer, "packed", None)
+    if packed is not None and not torch.is_grad_enabled():
+        return linear(x, packed, layer.bias)
+    return layer(x)
 
 
 class RMSNorm(nn.Module):
@@ -31,21 +48,21 @@ class RMSNorm(nn.Module):
 class EagleAttention(nn.Module):
     def __init__(self, c: EagleHeadConfig, in_features: int) -> None:
         super().__init__()
-        self.q_proj = nn.Linear(in_features, c.num_heads * c.head_dim, bias=c.attention_bias)
-        self.k_proj = nn.Linear(in_features, c.num_kv_heads * c.head_dim, bias=c.attention_bias)
-        self.v_proj = nn.Linear(in_features, c.num_kv_heads * c.head_dim, bias=c.attention_bias)
-        self.o_proj = nn.Linear(c.num_heads * c.head_dim, c.hidden_size, bias=False)
+        self.q_proj = PackedLinear(in_features, c.num_heads * c.head_dim, bias=c.attention_bias)
+        self.k_proj = PackedLinear(in_features, c.num_kv_heads * c.head_dim, bias=c.attention_bias)
+        self.v_proj = PackedLinear(in_features, c.num_kv_heads * c.head_dim, bias=c.attention_bias)
+        self.o_proj = PackedLinear(c.num_heads * c.head_dim, c.hidden_size, bias=False)
 
 
 class EagleMlp(nn.Module):
     def __init__(self, c: EagleHeadConfig) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
+        self.gate_proj = PackedLinear(c.hidden_size, c.intermediate_size, bias=False)
+        self.up_proj = PackedLinear(c.hidden_size, c.intermediate_size, bias=False)
+        self.down_proj = PackedLinear(c.intermediate_size, c.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return apply(self.down_proj, F.silu(apply(self.gate_proj, x)) * apply(self.up_proj, x))
 
 
 class EagleLayer(nn.Module):
@@ -84,11 +101,11 @@ class EagleHead(nn.Module):
     def __init__(self, config: EagleHeadConfig) -> None:
         super().__init__()
         self.config = c = config
-        self.fc = nn.Linear(c.fc_in_features, c.hidden_size, bias=c.fc_bias)
+        self.fc = PackedLinear(c.fc_in_features, c.hidden_size, bias=c.fc_bias)
         if c.is_eagle3:
             self.midlayer = EagleLayer(c)
             self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
-            self.lm_head = nn.Linear(c.hidden_size, c.draft_vocab_size, bias=False)
+            self.lm_head = PackedLinear(c.hidden_size, c.draft_vocab_size, bias=False)
             self.register_buffer("d2t", torch.zeros(c.draft_vocab_size, dtype=torch.long))
             self.register_buffer("t2d", torch.ones(c.vocab_size, dtype=torch.bool))
         else:
@@ -103,6 +120,10 @@ class EagleHead(nn.Module):
 
     def to_device(self, device: torch.device, dtype: torch.dtype) -> EagleHead:
         self.to(device=device, dtype=dtype)
+        if packing_supported(torch.device(device), dtype):
+            for module in self.modules():
+                if isinstance(module, PackedLinear):
+                    module.pack()
         self.rope = RopeTables(self.rope.cos.to(device), self.rope.sin.to(device))
         return self
 
@@ -118,24 +139,24 @@ class EagleHead(nn.Module):
         the head's own previous output [T, H]."""
         c, layer = self.config, self.layer
         if c.is_eagle3:
-            h = self.fc(hidden) if hidden.shape[-1] != c.hidden_size else hidden
+            h = apply(self.fc, hidden) if hidden.shape[-1] != c.hidden_size else hidden
             attn_in = torch.cat([layer.input_layernorm(embeds), layer.hidden_norm(h)], dim=-1)
             return LayerInput(h, attn_in)
-        x = self.fc(torch.cat([embeds, hidden], dim=-1))
+        x = apply(self.fc, torch.cat([embeds, hidden], dim=-1))
         return LayerInput(x, x)
 
     def qkv(self, attn_in: torch.Tensor, positions: torch.Tensor) -> QKV:
         c, attn = self.config, self.layer.self_attn
         cos, sin = self.rope.lookup(positions, attn_in.dtype)
-        q = apply_rope(attn.q_proj(attn_in).view(-1, c.num_heads, c.head_dim), cos, sin)
-        k = apply_rope(attn.k_proj(attn_in).view(-1, c.num_kv_heads, c.head_dim), cos, sin)
-        v = attn.v_proj(attn_in).view(-1, c.num_kv_heads, c.head_dim)
+        q = apply_rope(apply(attn.q_proj, attn_in).view(-1, c.num_heads, c.head_dim), cos, sin)
+        k = apply_rope(apply(attn.k_proj, attn_in).view(-1, c.num_kv_heads, c.head_dim), cos, sin)
+        v = apply(attn.v_proj, attn_in).view(-1, c.num_kv_heads, c.head_dim)
         return QKV(q, k, v)
 
     def finish(self, residual: torch.Tensor, attn_out: torch.Tensor) -> HeadOutput:
         """attn_out [T, heads * head_dim] -> the layer's output."""
         layer = self.layer
-        h = residual + layer.self_attn.o_proj(attn_out)
+        h = residual + apply(layer.self_attn.o_proj, attn_out)
         out = h + layer.mlp(layer.post_attention_layernorm(h))
         return HeadOutput(out, self.norm(out) if self.config.is_eagle3 else out)
 
@@ -143,7 +164,7 @@ class EagleHead(nn.Module):
         """EAGLE-3: over the draft vocabulary. EAGLE: the target's lm_head (`linear` layout), or rows
         of it (FR-Spec), passed by the caller."""
         if self.config.is_eagle3:
-            return self.lm_head(for_logits)
+            return apply(self.lm_head, for_logits)
         if target_lm_head is None:
             raise ValueError("an EAGLE-2 head reads logits through the target's lm_head")
         return linear(for_logits, target_lm_head)

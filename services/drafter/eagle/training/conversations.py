@@ -59,6 +59,9 @@ class ConversationSettings:
 
 
 class ConversationMaker:
+    """Keeps the engine's batch full: a finished user turn is answered at once, a finished answer
+    makes room for a new conversation (continuous batching, no waiting for a batch's longest)."""
+
     def __init__(self, engine: Engine, tokenizer: PreTrainedTokenizerBase, settings: ConversationSettings):
         self.engine = engine
         self.tokenizer = tokenizer
@@ -67,12 +70,65 @@ class ConversationMaker:
         self._user_prefix = self._user_turn_prefix()
         self._passages: list[str] = []
         self._serial = 0
+        self._prompts: dict[str, list[int]] = {}  # answer request id -> its prompt
+        self._tokens: dict[str, list[int]] = {}
 
-    def batches(self, batch_size: int) -> Iterator[list[Conversation]]:
-        """Endless batches of fresh conversations (the caller decides when it has enough)."""
+    def stream(self, in_flight: int, every: int) -> Iterator[list[Conversation]]:
+        """Endless lists of at least `every` fresh conversations (the caller decides when to stop)."""
+        done: list[Conversation] = []
+        for _ in range(in_flight):
+            self._start_conversation()
         while True:
-            users = self._user_turns(batch_size)
-            yield self._answer(users)
+            for out in self.engine.step():
+                self._tokens.setdefault(out.request_id, []).extend(out.token_ids)
+                if out.finished:
+                    finished = self._finish(out.request_id)
+                    if finished is not None:
+                        done.append(finished)
+            if len(done) >= every:
+                yield done
+                done = []
+
+    def _start_conversation(self) -> None:
+        s = self.settings
+        if self._passages and self._rng.random() < s.passage_fraction:
+            self._start_answer(self._passage_turn())
+            return
+        request = GenerationRequest(
+            self._next_id("user"),
+            self._user_prefix,
+            SamplingParams(
+                temperature=s.user_temperature,
+                top_p=s.user_top_p,
+                seed=self._rng.randrange(2**31),
+                max_new_tokens=s.user_turn_tokens,
+            ),
+            NO_SPECULATION,
+        )
+        self.engine.add_request(request)
+
+    def _start_answer(self, user: str) -> None:
+        prompt = self._chat_prompt(user)
+        rid = self._next_id("answer")
+        self._prompts[rid] = prompt
+        sampling = SamplingParams(temperature=0.0, max_new_tokens=self.settings.answer_tokens)
+        self.engine.add_request(GenerationRequest(rid, prompt, sampling, NO_SPECULATION))
+
+    def _finish(self, request_id: str) -> Conversation | None:
+        tokens = self._tokens.pop(request_id, [])
+        if request_id.startswith("user-"):
+            text = str(self.tokenizer.decode(tokens, skip_special_tokens=True)).strip()
+            if len(text) >= self.settings.min_user_chars:
+                self._start_answer(text)
+            else:
+                self._start_conversation()
+            return None
+        prompt = self._prompts.pop(request_id)
+        self._start_conversation()
+        answer = str(self.tokenizer.decode(tokens, skip_special_tokens=True)).strip()
+        if len(answer) > 200:
+            self._passages.append(answer)
+        return Conversation(prompt + tokens, len(prompt))
 
     # ---- user turns --------------------------------------------------------------------------
 
@@ -83,66 +139,9 @@ class ConversationMaker:
         prefix = str(text).split(_SENTINEL, 1)[0]
         return list(self.tokenizer(prefix, add_special_tokens=False)["input_ids"])
 
-    def _user_turns(self, n: int) -> list[str]:
-        s = self.settings
-        num_passage = sum(self._rng.random() < s.passage_fraction for _ in range(n)) if self._passages else 0
-        turns = [self._passage_turn() for _ in range(num_passage)]
-        while len(turns) < n:
-            turns += self._magpie_turns(n - len(turns))
-        return turns
-
     def _passage_turn(self) -> str:
         task = self._rng.choice(PASSAGE_TASKS)
         return task.format(passage=self._rng.choice(self._passages))
-
-    def _magpie_turns(self, n: int) -> list[str]:
-        s = self.settings
-        requests = [
-            GenerationRequest(
-                self._next_id("user"),
-                self._user_prefix,
-                SamplingParams(
-                    temperature=s.user_temperature,
-                    top_p=s.user_top_p,
-                    seed=self._rng.randrange(2**31),
-                    max_new_tokens=s.user_turn_tokens,
-                ),
-                NO_SPECULATION,
-            )
-            for _ in range(n)
-        ]
-        results = self.engine.generate(requests)
-        turns = []
-        for r in requests:
-            text = str(
-                self.tokenizer.decode(results[r.request_id].token_ids, skip_special_tokens=True)
-            ).strip()
-            if len(text) >= s.min_user_chars:
-                turns.append(text)
-        return turns
-
-    # ---- answers -----------------------------------------------------------------------------
-
-    def _answer(self, users: list[str]) -> list[Conversation]:
-        prompts = [self._chat_prompt(u) for u in users]
-        requests = [
-            GenerationRequest(
-                self._next_id("answer"),
-                p,
-                SamplingParams(temperature=0.0, max_new_tokens=self.settings.answer_tokens),
-                NO_SPECULATION,
-            )
-            for p in prompts
-        ]
-        results = self.engine.generate(requests)
-        conversations = []
-        for prompt, request in zip(prompts, requests, strict=True):
-            answer = results[request.request_id].token_ids
-            conversations.append(Conversation(prompt + answer, len(prompt)))
-            text = str(self.tokenizer.decode(answer, skip_special_tokens=True)).strip()
-            if len(text) > 200:
-                self._passages.append(text)
-        return conversations
 
     def _chat_prompt(self, user: str) -> list[int]:
         text = self.tokenizer.apply_chat_template(

@@ -63,7 +63,7 @@ def build_dataset(settings: DataSettings) -> Manifest:
         disable=not settings.progress,
     )
     stored = manifest.num_answer_tokens
-    for batch in maker.batches(settings.batch_size):
+    for batch in maker.stream(in_flight=settings.batch_size, every=max(1, settings.batch_size // 4)):
         _store(batch, reader, writer, settings.reader_tokens)
         added = sum(c.num_answer_tokens for c in batch)
         stored += added

@@ -6,8 +6,9 @@ output of step j - 1 at row i and token i + 1 + j, at position i + j; it attends
 rows <= i and to its own row's keys of steps 1..j, which is what a drafted node sees when drafting
 (the committed context and its own ancestors). Later steps weigh `decay ** j` in the loss.
 
-Losses: EAGLE-3: cross-entropy over the draft vocabulary against the target's greedy next token
-(positions whose token is outside it are left out). EAGLE(-2): smooth-L1 between the output and the
+Every position is trained on, the prompts' too: the label is always the target's own greedy next
+token there. Losses: EAGLE-3: cross-entropy over the draft vocabulary against that token (positions
+whose token is outside it are left out). EAGLE(-2): smooth-L1 between the output and the
 target's feature of the next position, plus 0.1 x cross-entropy through the target's lm_head.
 """
 
@@ -58,7 +59,7 @@ def unrolled_loss(
         values.append(qkv.v)
         out = head.finish(li.residual, attend(qkv.q, torch.cat(keys), torch.cat(values), _mask(n, j)))
         label_at = rows + 1 + j  # the target's greedy token after position i + 1 + j
-        valid = (label_at < n) & (label_at >= seq.answer_start - 1)
+        valid = label_at < n
         loss, hit, count = _step_loss(
             head, out.for_logits, out.hidden, seq, label_at.clamp(max=n - 1), valid, targets
         )
