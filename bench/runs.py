@@ -1,5 +1,6 @@
-"""What the in-process benchmarks (`bench engine`, `bench ngram`) share: their arguments, timed runs of
-the engine and of HF generate, the greedy check under the near-tie rule, and the reported setup."""
+"""What the in-process benchmarks (`bench engine`, `bench ngram`, `bench eagle`) share: their arguments,
+timed runs of the engine and of HF generate, the greedy check under the near-tie rule, targets checked
+on the figures, the rendered table and the reported setup."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import argparse
 import os
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -18,13 +19,17 @@ import transformers
 from treespec.bench.greedy_match import NextLogits, compare_greedy
 from treespec.bench.prompts import BenchPrompt, chat_prompt_ids, default_prompts_path
 from treespec.bench.report import format_table, write_json
-from treespec.bench.throughput import Throughput
+from treespec.bench.throughput import Tally, Throughput
+from treespec.shared.drafting.drafter import Drafter
+from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.store import models_dir, resolve_model_path
+from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine, GenerationResult
 from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
 
 WARM_UP_TEXT = "Hello!"
 WARM_UP_TOKENS = 8
+KV_MARGIN = 256  # KV slots beyond the longest prompt, its new tokens and a tree (the warm-up's too)
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,28 @@ def request(rid: str, ids: list[int], n: int, spec: SpeculationParams | None) ->
     """Greedy, `n` new tokens; `spec` None: plain decoding."""
     speculation = spec or SpeculationParams(enabled=False)
     return GenerationRequest(rid, ids, SamplingParams(temperature=0.0, max_new_tokens=n), speculation)
+
+
+def engine(
+    model: CausalLM,
+    model_path: Path,
+    drafter: Drafter | None,
+    spec: SpeculationParams | None,
+    prompt_ids: Iterable[Sequence[int]],
+    max_new_tokens: int,
+) -> Engine:
+    """An engine over `model` for batch size 1 (`spec`: its default speculation, None: plain), with a
+    KV pool that holds the longest of `prompt_ids` and its new tokens: the default pool is far bigger
+    and is zeroed as each engine starts, which counts when a bench starts several."""
+    speculation = spec or SpeculationParams(enabled=False)
+    longest = max((len(ids) for ids in prompt_ids), default=0)
+    config = EngineConfig(
+        model_path=model_path,
+        max_running_requests=1,
+        max_total_tokens=longest + max_new_tokens + speculation.max_tree_nodes + KV_MARGIN,
+        speculation=speculation,
+    )
+    return Engine(config, drafter, model)
 
 
 def hf_generate(model: transformers.PreTrainedModel, ids: list[int], n: int, **kwargs: Any) -> list[int]:
@@ -154,12 +181,73 @@ def ratio(a: float, b: float) -> float:
 def render(p: dict[str, Any], header: Sequence[str], keys: Sequence[str], ratios: str, claim: str) -> str:
     """A row per category and the overall one (name, prompts, then `keys` of each) under `header`;
     then the `ratios` line and whether `claim` holds under the near-tie rule."""
-    rows = [[c, v["prompts"], *(v[k] for k in keys)] for c, v in p["per_category"].items()]
-    rows.append(["overall", p["setup"]["prompts"], *(p[k] for k in keys)])
-    identical = (
-        f"{claim} (near-tie rule): {p['identical']} ({p['near_tie_divergences']} near-tie divergences)"
+    return "\n".join([table(p, header, keys), "", ratios, greedy_line(claim, p)])
+
+
+def table(p: dict[str, Any], header: Sequence[str], keys: Sequence[str]) -> str:
+    """A row per category and the overall one: name, prompts, then `keys` of each (a key's value
+    rendered by `cell`)."""
+    rows = [[c, v["prompts"], *(cell(v, k) for k in keys)] for c, v in p["per_category"].items()]
+    rows.append(["overall", p["setup"]["prompts"], *(cell(p, k) for k in keys)])
+    return format_table(header, rows)
+
+
+def cell(figures: Mapping[str, Any], key: str) -> Any:
+    """`figures[key]`; a target's key (in figures["targets"]): its value and pass or FAIL."""
+    target = figures.get("targets", {}).get(key)
+    if target is None:
+        return figures[key]
+    return f"{target['value']:.2f} {'pass' if target['pass'] else 'FAIL'}"
+
+
+def greedy_line(claim: str, figures: Mapping[str, Any]) -> str:
+    """Whether `claim` holds under the near-tie rule, from GreedyCheck.figures()."""
+    return (
+        f"{claim} (near-tie rule): {figures['identical']}"
+        f" ({figures['near_tie_divergences']} near-tie divergences)"
     )
-    return "\n".join([format_table(header, rows), "", ratios, identical])
+
+
+def greedy_figures(checks: Mapping[str, GreedyCheck]) -> dict[str, Any]:
+    """Several methods' checks: all of them identical, the near-ties summed, and each one's figures."""
+    each = {method: check.figures() for method, check in checks.items()}
+    return {
+        "identical": all(f["identical"] for f in each.values()),
+        "near_tie_divergences": sum(f["near_tie_divergences"] for f in each.values()),
+        "greedy": each,
+    }
+
+
+@dataclass(frozen=True)
+class Target:
+    """A claim on one figure: `key` at least `minimum`."""
+
+    key: str
+    minimum: float
+
+    def check(self, figures: Mapping[str, float]) -> dict[str, Any]:
+        value = figures[self.key]
+        return {"value": value, "min": self.minimum, "pass": value >= self.minimum}
+
+
+def check_targets(figures: Mapping[str, float], targets: Sequence[Target]) -> dict[str, dict[str, Any]]:
+    return {t.key: t.check(figures) for t in targets}
+
+
+def per_category(
+    prompts: Sequence[BenchPrompt],
+    t: Throughput,
+    methods: Sequence[str],
+    figures: Callable[[Mapping[str, Tally]], dict[str, Any]],
+) -> dict[str, dict[str, Any]]:
+    """Category -> its prompt count and `figures` of its tallies (by method)."""
+    return {
+        c: {
+            "prompts": sum(p.category == c for p in prompts),
+            **figures({m: t.by_category[m][c] for m in methods}),
+        }
+        for c in t.categories()
+    }
 
 
 def setup(args: BenchArgs, prompts: int, **extra: Any) -> dict[str, Any]:

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from treespec.shared.cli.speculation_flags import add_budget_arguments
+
+# `bench eagle`: the co-located drafter's deadline per round; generous, so that a loaded machine never
+# falls back to plain decoding (which would measure the machine, not the drafter)
+DEFAULT_DRAFT_DEADLINE_S = 30.0
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("bench", help="benchmarks: print a table, write JSON")
@@ -18,6 +24,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     _ngram_arguments(ngram)
     ngram.set_defaults(handler=_ngram)
+    eagle = verbs.add_parser(
+        "eagle",
+        help="the engine plain vs EAGLE-3 (in process, co-located) vs n-gram vs HF generate (CPU, batch 1)",
+    )
+    _eagle_arguments(eagle)
+    eagle.set_defaults(handler=_eagle)
     serve = verbs.add_parser("serve", help="HTTP streaming through the services vs the in-process engine")
     _serve_arguments(serve)
     serve.set_defaults(handler=_serve)
@@ -61,6 +73,25 @@ def _ngram_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _eagle_arguments(parser: argparse.ArgumentParser) -> None:
+    _engine_arguments(parser)
+    parser.add_argument(
+        "--draft-path",
+        "--speculative-draft-model-path",
+        dest="draft_path",
+        metavar="DIR",
+        help="the EAGLE-3 head's folder (default: the head shipped for the bundled SmolLM2-135M-Instruct)",
+    )
+    add_budget_arguments(parser)
+    parser.add_argument(
+        "--draft-deadline",
+        type=float,
+        default=DEFAULT_DRAFT_DEADLINE_S,
+        metavar="SECONDS",
+        help="the co-located drafter's deadline per draft round (default: %(default)s)",
+    )
+
+
 def _engine(ns: argparse.Namespace) -> int:
     from treespec.bench.engine_bench import run
 
@@ -69,6 +100,12 @@ def _engine(ns: argparse.Namespace) -> int:
 
 def _ngram(ns: argparse.Namespace) -> int:
     from treespec.bench.ngram_bench import run
+
+    return run(ns)
+
+
+def _eagle(ns: argparse.Namespace) -> int:
+    from treespec.bench.eagle_bench import run
 
     return run(ns)
 

@@ -1,0 +1,257 @@
+"""`treespec bench eagle`: the engine plain vs EAGLE-3 (in process and co-located) vs n-gram vs HF.
+
+Batch size 1, temperature 0, the same weights and prompts, interleaved prompt by prompt in one run, so
+that a drift of the machine's speed hits every method alike. EAGLE-3 drafts with the shipped head for
+the bundled SmolLM2-135M-Instruct (or --draft-path) under the --speculative-* tree budget (SGLang's
+5/4/8 by default), once in the verifier's process and once co-located: a `treespec drafter --kind
+eagle3 --colocate` process reading the target's tensors and features through shared memory, asked over
+gRPC with a generous deadline (a missed one would mean plain decoding). The n-gram engine drafts with
+its own default budget; HF runs greedy `generate` in fp32. Every speculative output must equal the plain
+output (near-tie rule). Targets: EAGLE-3 acceptance length >= 3.0; EAGLE-3 tokens/s >= 1.8x plain and
+>= 2.5x HF; co-located within 10% of in process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+
+from treespec.bench import runs
+from treespec.bench.greedy_match import hf_next_logits
+from treespec.bench.ngram_bench import speculation as ngram_speculation
+from treespec.bench.prompts import BenchPrompt, chat_prompt_ids, load_prompts
+from treespec.bench.throughput import Tally, Throughput
+from treespec.drafter.eagle.config import EagleConfig
+from treespec.drafter.eagle.head_config import EagleFormat
+from treespec.drafter.ngram.config import NgramConfig
+from treespec.shared.cli.speculation_flags import resolve_budget
+from treespec.shared.drafting.drafter import Drafter, DrafterContext
+from treespec.shared.drafting.registry import create_drafter
+from treespec.shared.drafting.target_access import LocalTargetAccess
+from treespec.shared.launcher.colocated import colocated_drafter
+from treespec.shared.model.loader import load_model
+from treespec.verifier.engine import Engine
+from treespec.verifier.request import SpeculationParams
+
+DRAFTER = "eagle3"
+METHODS = ("plain", "eagle3", "eagle3_colocated", "ngram", "hf_greedy")
+SPECULATIVE = ("eagle3", "eagle3_colocated", "ngram")
+TARGETS = (
+    runs.Target("eagle3_accept_len", 3.0),
+    runs.Target("eagle3_vs_plain", 1.8),
+    runs.Target("eagle3_vs_hf", 2.5),
+    runs.Target("eagle3_colocated_vs_eagle3", 0.9),
+)
+
+
+@dataclass(frozen=True)
+class EagleBenchArgs(runs.BenchArgs):
+    options: dict[str, Any]  # EagleConfig fields: draft_path from --draft-path, else the shipped head
+    speculation: SpeculationParams  # the EAGLE-3 tree budget (--speculative-*)
+    deadline_s: float  # the co-located drafter's per-round deadline
+
+    @property
+    def head_path(self) -> Path:
+        return EagleConfig.from_options(self.options).head_path(EagleFormat.EAGLE3)
+
+    @classmethod
+    def _fields(cls, ns: argparse.Namespace) -> dict[str, Any]:
+        options = {"draft_path": str(ns.draft_path)} if ns.draft_path else {}
+        budget = resolve_budget(ns, DRAFTER, {})
+        spec = SpeculationParams(
+            num_steps=budget.num_steps, eagle_topk=budget.eagle_topk, num_draft_tokens=budget.num_draft_tokens
+        )
+        spec.validate()
+        if ns.draft_deadline <= 0:
+            raise ValueError("--draft-deadline must be positive")
+        head = EagleConfig.from_options(options).head_path(EagleFormat.EAGLE3)
+        if not (head / "config.json").is_file():  # fails here, before the model loads
+            raise ValueError(f"no EAGLE-3 head in {head} (no config.json)")
+        return {
+            **super()._fields(ns),
+            "options": options,
+            "speculation": spec,
+            "deadline_s": ns.draft_deadline,
+        }
+
+
+def run(ns: argparse.Namespace) -> int:
+    try:
+        args = EagleBenchArgs.from_namespace(ns)
+    except ValueError as exc:
+        print(f"treespec bench eagle: error: {exc}", file=sys.stderr)
+        return 2
+    torch.set_num_threads(args.threads)
+    payload = bench_eagle(args)
+    runs.emit(payload, render(payload), args.json_path)
+    return 0
+
+
+@dataclass
+class _Runners:
+    hf: transformers.PreTrainedModel
+    engines: dict[str, tuple[Engine, SpeculationParams | None]]  # method -> engine, per-request spec
+
+
+def bench_eagle(args: EagleBenchArgs) -> dict[str, Any]:
+    prompts = load_prompts(args.prompts, args.per_category)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(args.model)
+    prompt_ids = [chat_prompt_ids(tokenizer, p.text) for p in prompts]
+    ngram_spec = ngram_speculation(NgramConfig())
+    with _runners(args, prompt_ids, ngram_spec) as r:
+        tally = Throughput()
+        checks = {m: runs.GreedyCheck(hf_next_logits(r.hf)) for m in SPECULATIVE}
+        n = args.max_new_tokens
+        runs.warm_up(tokenizer, r.hf, *r.engines.values())
+        for i, (prompt, ids) in enumerate(zip(prompts, prompt_ids, strict=True)):
+            out = {
+                m: runs.time_engine(engine, f"{m}-{i}", ids, n, tally, m, prompt.category, spec)
+                for m, (engine, spec) in r.engines.items()
+            }
+            runs.time_hf(r.hf, ids, n, tally, "hf_greedy", prompt.category)
+            for m, check in checks.items():
+                check.check(prompt, ids, out[m].token_ids, out["plain"].token_ids)
+            accepts = " ".join(f"{m} {out[m].stats.acceptance_length:.2f}" for m in SPECULATIVE)
+            print(
+                f"[{i + 1}/{len(prompts)}] {prompt.category}: {len(out['plain'].token_ids)} tokens,"
+                f" accept {accepts}",
+                flush=True,
+            )
+    return _payload(args, prompts, tally, checks, ngram_spec)
+
+
+@contextmanager
+def _runners(
+    args: EagleBenchArgs, prompt_ids: list[list[int]], ngram_spec: SpeculationParams
+) -> Iterator[_Runners]:
+    """One model for every engine; the drafters stopped (the co-located process too) on exit."""
+    model = load_model(args.model)
+    vocab_size = model.config.vocab_size
+    with ExitStack() as stack:
+        eagle = create_drafter(
+            DRAFTER, DrafterContext(vocab_size, args.model, dict(args.options), LocalTargetAccess(model))
+        )
+        stack.callback(eagle.shutdown)
+        ngram = create_drafter("ngram", DrafterContext(vocab_size, args.model, {}))
+        stack.callback(ngram.shutdown)
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="treespec-bench-")))
+        co = stack.enter_context(
+            colocated_drafter(
+                model,
+                DRAFTER,
+                dict(args.options),
+                vocab_size,
+                workdir,
+                deadline_s=args.deadline_s,
+                env={"OMP_NUM_THREADS": str(args.threads)},
+            )
+        )
+
+        def engine(
+            drafter: Drafter | None, spec: SpeculationParams | None
+        ) -> tuple[Engine, SpeculationParams | None]:
+            return runs.engine(model, args.model, drafter, spec, prompt_ids, args.max_new_tokens), spec
+
+        spec = args.speculation
+        yield _Runners(
+            hf=transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval(),
+            engines={
+                "plain": engine(None, None),
+                "eagle3": engine(eagle, spec),
+                "eagle3_colocated": engine(co.remote, spec),
+                "ngram": engine(ngram, ngram_spec),
+            },
+        )
+
+
+def _figures(tallies: Mapping[str, Tally]) -> dict[str, Any]:
+    plain, eagle, colocated, ngram, hf = (tallies[m] for m in METHODS)
+    figures = {
+        "plain_tps": plain.tps,
+        "eagle3_tps": eagle.tps,
+        "eagle3_colocated_tps": colocated.tps,
+        "ngram_tps": ngram.tps,
+        "hf_greedy_tps": hf.tps,
+        "eagle3_accept_len": eagle.accept_len,
+        "eagle3_colocated_accept_len": colocated.accept_len,
+        "ngram_accept_len": ngram.accept_len,
+        "eagle3_vs_plain": runs.ratio(eagle.tps, plain.tps),
+        "eagle3_vs_hf": runs.ratio(eagle.tps, hf.tps),
+        "eagle3_colocated_vs_eagle3": runs.ratio(colocated.tps, eagle.tps),
+        "ngram_vs_plain": runs.ratio(ngram.tps, plain.tps),
+    }
+    return {**figures, "targets": runs.check_targets(figures, TARGETS)}
+
+
+def _budget(spec: SpeculationParams) -> dict[str, int]:
+    return {
+        "num_steps": spec.num_steps,
+        "eagle_topk": spec.eagle_topk,
+        "num_draft_tokens": spec.num_draft_tokens,
+    }
+
+
+def _payload(
+    args: EagleBenchArgs,
+    prompts: list[BenchPrompt],
+    t: Throughput,
+    checks: Mapping[str, runs.GreedyCheck],
+    ngram_spec: SpeculationParams,
+) -> dict[str, Any]:
+    figures = _figures(t.overall)
+    return {
+        **figures,
+        "targets_pass": all(v["pass"] for v in figures["targets"].values()),
+        **runs.greedy_figures(checks),
+        "per_category": runs.per_category(prompts, t, METHODS, _figures),
+        "setup": runs.setup(
+            args,
+            len(prompts),
+            eagle3_head=str(args.head_path),
+            eagle3_budget=_budget(args.speculation),
+            eagle3_colocated="a `treespec drafter --kind eagle3 --colocate` process (shared memory, gRPC)",
+            draft_deadline_s=args.deadline_s,
+            ngram_budget=_budget(ngram_spec),
+            ngram_memory="in-process",
+            hf="generate, greedy, fp32",
+        ),
+    }
+
+
+def render(p: dict[str, Any]) -> str:
+    throughput = runs.table(
+        p,
+        ["category", "prompts", "plain tok/s", "eagle3 tok/s", "co-located tok/s", "ngram tok/s", "hf tok/s"],
+        ["plain_tps", "eagle3_tps", "eagle3_colocated_tps", "ngram_tps", "hf_greedy_tps"],
+    )
+    targets = runs.table(
+        p,
+        [
+            "category",
+            "prompts",
+            "eagle3 accept >= 3.0",
+            "eagle3/plain >= 1.8",
+            "eagle3/hf >= 2.5",
+            "co-located/in-process >= 0.9",
+            "co-located accept",
+            "ngram accept",
+            "ngram/plain",
+        ],
+        [t.key for t in TARGETS] + ["eagle3_colocated_accept_len", "ngram_accept_len", "ngram_vs_plain"],
+    )
+    ratios = (
+        f"eagle3 / plain: {p['eagle3_vs_plain']:.2f}x   eagle3 / hf: {p['eagle3_vs_hf']:.2f}x   "
+        f"co-located / in-process: {p['eagle3_colocated_vs_eagle3']:.2f}x   "
+        f"eagle3 accept: {p['eagle3_accept_len']:.2f}   targets: {'pass' if p['targets_pass'] else 'FAIL'}"
+    )
+    greedy = [runs.greedy_line(f"{m} greedy output equals plain's", p["greedy"][m]) for m in SPECULATIVE]
+    return "\n".join([throughput, "", targets, "", ratios, *greedy])

@@ -1,0 +1,136 @@
+"""A co-located drafter beside a model in this process: a ColocationServer over the model, a drafter
+server attached to it (a real `treespec drafter --colocate` process, or one in this process), and the
+verifier's RemoteDrafter wired to both. Benchmarks and tests compare it with the same plugin in
+process:
+
+    with colocated_drafter(model, "eagle3", options, vocab_size, workdir) as co:
+        engine = Engine(config, co.remote, model)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from treespec.shared.cli.ngram_flags import option_arguments
+from treespec.shared.drafting.colocation import ColocationServer
+from treespec.shared.drafting.drafter import Drafter
+from treespec.shared.launcher.health import grpc_serving
+from treespec.shared.launcher.ports import free_port
+from treespec.shared.model.causal_lm import CausalLM
+from treespec.verifier.remote_drafter import RemoteDrafter
+
+SOCKET_NAME = "colocation.sock"
+LOG_NAME = "drafter.log"
+STOP_TIMEOUT_S = 10.0
+
+
+@dataclass
+class ColocatedDrafter:
+    remote: RemoteDrafter  # give it to an Engine
+    server: ColocationServer
+    address: str  # the drafter server's
+    plugin: Drafter | None = None  # in process only: the plugin behind the server
+    process: subprocess.Popen[bytes] | None = None
+
+
+@contextmanager
+def colocated_drafter(
+    model: CausalLM,
+    kind: str,
+    options: dict[str, Any],
+    vocab_size: int,
+    workdir: Path,
+    *,
+    in_process: bool = False,
+    deadline_s: float = 5.0,
+    ready_timeout_s: float = 120.0,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[ColocatedDrafter]:
+    """Ready once yielded; everything stopped on exit. `workdir` holds the socket and the drafter
+    process's log; `env`: more environment for that process (over this one's)."""
+    socket_path = workdir / SOCKET_NAME
+    log = workdir / LOG_NAME
+    with ExitStack() as stack:
+        server = ColocationServer(socket_path, model).start()
+        stack.callback(server.close)
+        deadline = time.monotonic() + ready_timeout_s
+        plugin: Drafter | None = None
+        process: subprocess.Popen[bytes] | None = None
+        if in_process:
+            plugin, address = _serve_in_process(kind, options, vocab_size, socket_path, stack)
+        else:
+            port = free_port()
+            address = f"127.0.0.1:{port}"
+            process = _start_process(kind, options, vocab_size, port, socket_path, log, env or {})
+            stack.callback(_stop, process)
+            # Serving before the link opens: a link to a server still starting would back off.
+            _wait(lambda: grpc_serving(address), process, deadline, log)
+        remote = RemoteDrafter([address], deadline_s=deadline_s, features=server)
+        stack.callback(remote.shutdown)
+        _wait(lambda: remote.wait_for_replicas(1, 0.2), process, deadline, log)
+        yield ColocatedDrafter(remote, server, address, plugin, process)
+
+
+def _serve_in_process(
+    kind: str, options: dict[str, Any], vocab_size: int, socket_path: Path, stack: ExitStack
+) -> tuple[Drafter, str]:
+    from treespec.drafter.server.app import DrafterServer
+    from treespec.shared.drafting.colocated_access import ColocatedTargetAccess
+    from treespec.shared.drafting.drafter import DrafterContext
+    from treespec.shared.drafting.registry import create_drafter
+
+    context = DrafterContext(vocab_size, options=options, target=ColocatedTargetAccess(socket_path))
+    plugin = create_drafter(kind, context)
+    drafter_server = DrafterServer(plugin, kind)
+    address = f"127.0.0.1:{drafter_server.start()}"
+    stack.callback(drafter_server.stop, 0)
+    return plugin, address
+
+
+def _wait(
+    ready: Callable[[], bool], process: subprocess.Popen[bytes] | None, deadline: float, log: Path
+) -> None:
+    while not ready():
+        exited = process is not None and process.poll() is not None
+        if exited or time.monotonic() > deadline:
+            text = log.read_text(errors="replace") if log.exists() else ""
+            raise RuntimeError(f"the co-located drafter did not come up:\n{text[-4000:]}")
+        time.sleep(0.1)
+
+
+def _start_process(
+    kind: str,
+    options: dict[str, Any],
+    vocab_size: int,
+    port: int,
+    socket_path: Path,
+    log: Path,
+    env: Mapping[str, str],
+) -> subprocess.Popen[bytes]:
+    argv = ["drafter", "--kind", kind, "--vocab-size", str(vocab_size), "--port", str(port)]
+    argv += ["--colocate", str(socket_path), *option_arguments(options)]
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "treespec.shared.cli.main", *argv],
+            env={**os.environ, **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

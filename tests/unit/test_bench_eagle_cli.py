@@ -1,0 +1,179 @@
+"""`treespec bench eagle`: flags to EagleBenchArgs, figures to the JSON keys and targets, and one real
+run (the bundled SmolLM2 with a random EAGLE-3 head, two one-line prompts, a few tokens)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.unit.drafter.eagle.public_checkpoints import write_eagle3
+from treespec.bench.eagle_bench import METHODS, EagleBenchArgs, _payload, render
+from treespec.bench.prompts import BenchPrompt
+from treespec.bench.runs import GreedyCheck
+from treespec.bench.throughput import Throughput
+from treespec.drafter.eagle.config import SHIPPED_HEADS
+from treespec.drafter.eagle.head_config import EagleFormat
+from treespec.shared.cli.main import build_parser, main
+from treespec.shared.model.store import (
+    DEFAULT_MODEL_NAME,
+    IMPORT_RECORD_FILE,
+    MODELS_DIR_ENV,
+    models_dir,
+    resolve_model_path,
+)
+from treespec.verifier.request import SpeculationParams
+
+# SmolLM2-135M-Instruct's shape
+HIDDEN, VOCAB, LAYERS = 576, 49152, 30
+ISSUE_KEYS = {
+    "plain_tps",
+    "eagle3_tps",
+    "eagle3_colocated_tps",
+    "eagle3_accept_len",
+    "ngram_tps",
+    "hf_greedy_tps",
+}
+
+
+@pytest.fixture
+def defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """An imported default model and a prompts file where the defaults look for them."""
+    model = tmp_path / "models" / DEFAULT_MODEL_NAME
+    model.mkdir(parents=True)
+    (model / IMPORT_RECORD_FILE).write_text("{}")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("")
+    monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path / "models"))
+    monkeypatch.setenv("TREESPEC_BENCH_PROMPTS", str(prompts))
+    return model, prompts
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random EAGLE-3 head that fits SmolLM2-135M-Instruct."""
+    return write_eagle3(tmp_path_factory.mktemp("head"), HIDDEN, VOCAB, LAYERS, draft_vocab=512)
+
+
+def _args(argv: list[str]) -> EagleBenchArgs:
+    return EagleBenchArgs.from_namespace(build_parser().parse_args(["bench", "eagle", *argv]))
+
+
+def test_flags_build_the_args(defaults: tuple[Path, Path], head: Path) -> None:
+    model, prompts = defaults
+    argv = ["--quick", "--json", "x", "--draft-path", str(head), "--draft-deadline", "7.5"]
+    args = _args([*argv, "--speculative-num-steps", "3", "--speculative-eagle-topk", "2"])
+    assert args == EagleBenchArgs(
+        model=model,
+        prompts=prompts,
+        per_category=2,
+        max_new_tokens=128,
+        json_path=Path("x"),
+        threads=torch.get_num_threads(),
+        options={"draft_path": str(head)},
+        speculation=SpeculationParams(num_steps=3, eagle_topk=2, num_draft_tokens=8),
+        deadline_s=7.5,
+    )
+    assert args.head_path == head
+    assert _args(["--speculative-draft-model-path", str(head)]).options == {"draft_path": str(head)}
+
+
+def test_defaults_are_the_shipped_head_and_sglangs_budget(
+    defaults: tuple[Path, Path], head: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(SHIPPED_HEADS, EagleFormat.EAGLE3, head)
+    args = _args(["--threads", "3", "--max-new-tokens", "16"])
+    assert args.options == {} and args.head_path == head
+    assert args.speculation == SpeculationParams(num_steps=5, eagle_topk=4, num_draft_tokens=8)
+    assert (args.threads, args.max_new_tokens, args.per_category, args.deadline_s) == (3, 16, None, 30.0)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--speculative-num-draft-tokens", "0"],
+        ["--draft-deadline", "0"],
+        ["--draft-path", "/nonexistent/head"],
+    ],
+)
+def test_bad_flags_fail_before_loading(
+    defaults: tuple[Path, Path], head: Path, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--draft-path", str(head), *argv]  # the last --draft-path wins
+    with pytest.raises(ValueError):
+        _args(argv)
+    assert main(["bench", "eagle", *argv]) == 2
+    assert "treespec bench eagle: error:" in capsys.readouterr().err
+
+
+def test_no_shipped_head_fails_before_loading(
+    defaults: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(SHIPPED_HEADS, EagleFormat.EAGLE3, tmp_path / "missing")
+    assert main(["bench", "eagle"]) == 2
+
+
+def test_payload_has_the_issue_keys_and_targets(defaults: tuple[Path, Path], head: Path) -> None:
+    args = _args(["--draft-path", str(head)])
+    tally = Throughput()
+    # tokens 12 each; (seconds, verify steps): eagle3 accepts 3 per step, 2x plain, 3x HF
+    runs_ = {
+        "plain": (2.0, 0),
+        "eagle3": (1.0, 4),
+        "eagle3_colocated": (1.25, 6),
+        "ngram": (1.5, 6),
+        "hf_greedy": (3.0, 0),
+    }
+    assert set(runs_) == set(METHODS)
+    for method, (seconds, steps) in runs_.items():
+        tally.add(method, "coding", 12, seconds, steps, 12 if steps else 0)
+    prompts = [BenchPrompt(1, "coding", "hi")]
+    checks = {m: GreedyCheck(lambda ids: torch.zeros(4)) for m in ("eagle3", "eagle3_colocated", "ngram")}
+    p = _payload(args, prompts, tally, checks, SpeculationParams(num_steps=7, num_draft_tokens=8))
+    assert ISSUE_KEYS | {"per_category"} <= set(p)
+    assert set(p["per_category"]["coding"]) >= ISSUE_KEYS
+    assert p["eagle3_accept_len"] == 3.0 and p["eagle3_vs_plain"] == 2.0 and p["eagle3_vs_hf"] == 3.0
+    assert p["eagle3_colocated_vs_eagle3"] == pytest.approx(0.8) and p["eagle3_colocated_accept_len"] == 2.0
+    targets = {k: v["pass"] for k, v in p["targets"].items()}
+    assert targets == {
+        "eagle3_accept_len": True,
+        "eagle3_vs_plain": True,
+        "eagle3_vs_hf": True,
+        "eagle3_colocated_vs_eagle3": False,  # 20% slower than in process
+    }
+    assert not p["targets_pass"] and p["per_category"]["coding"]["targets"] == p["targets"]
+    assert p["identical"] and p["near_tie_divergences"] == 0 and set(p["greedy"]) == set(checks)
+    setup = p["setup"]
+    assert setup["eagle3_head"] == str(head) and setup["draft_deadline_s"] == 30.0
+    assert setup["eagle3_budget"] == {"num_steps": 5, "eagle_topk": 4, "num_draft_tokens": 8}
+    assert setup["ngram_budget"]["num_steps"] == 7
+    text = render(p)
+    assert "eagle3 / plain: 2.00x   eagle3 / hf: 3.00x   co-located / in-process: 0.80x" in text
+    assert "3.00 pass" in text and "0.80 FAIL" in text and "targets: FAIL" in text
+    assert "eagle3_colocated greedy output equals plain's (near-tie rule): True" in text
+
+
+def test_a_real_run_writes_the_json(
+    head: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every method on the real model, interleaved: outputs equal plain's, figures for each."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    prompts = tmp_path / "prompts.jsonl"
+    rows = [(1, "coding", "Write a haiku about code."), (2, "math", "What is 2 + 2?")]
+    prompts.write_text(
+        "".join(json.dumps({"question_id": q, "category": c, "turns": [t]}) + "\n" for q, c, t in rows)
+    )
+    out = tmp_path / "out.json"
+    model = str(resolve_model_path(None, models_dir()))
+    argv = ["--model", model, "--prompts", str(prompts), "--max-new-tokens", "6", "--threads", "2"]
+    assert main(["bench", "eagle", *argv, "--draft-path", str(head), "--json", str(out)]) == 0
+    p = json.loads(out.read_text())
+    assert ISSUE_KEYS | {"per_category", "targets", "greedy"} <= set(p)
+    assert set(p["per_category"]) == {"coding", "math"}
+    assert all(p[k] > 0 for k in ISSUE_KEYS) and p["eagle3_accept_len"] >= 1.0
+    assert p["identical"], p["greedy"]
+    assert p["setup"]["prompts"] == 2 and p["setup"]["batch_size"] == 1
+    text = capsys.readouterr().out
+    assert "co-located tok/s" in text and "eagle3 accept >= 3.0" in text and f"wrote {out}" in text
