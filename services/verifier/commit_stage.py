@@ -50,13 +50,22 @@ class CommitStage:
     publisher: FeaturePublisher = field(default_factory=FeaturePublisher)
 
     def run(self, result: ForwardResult, verdicts: list[Verdict]) -> list[RequestOutput]:
-        ring = self.drafter.feature_ring if self.drafter is not None else None
-        features = self.publisher.publish(ring, result, verdicts) if ring is not None else {}
+        features = self._publish(result, verdicts)
         self._compact(verdicts)
         for item in result.items:
             if item.tree is None:  # a prefill chunk that leaves more prompt for later steps
                 item.state.kv_len += item.num_new
         return [self._commit(v, features.get(v.item.state.request_id)) for v in verdicts]
+
+    def _publish(self, result: ForwardResult, verdicts: list[Verdict]) -> dict[str, FeatureSlots]:
+        ring = self.drafter.feature_ring if self.drafter is not None else None
+        if ring is None:
+            return {}
+        try:
+            return self.publisher.publish(ring, result, verdicts)
+        except Exception as exc:  # the drafter's trouble never reaches the request: it just gets none
+            log.warning("publishing features failed, drafting without them: %r", exc)
+            return {}
 
     def _compact(self, verdicts: list[Verdict]) -> None:
         """Accepted node path[j] sits in scratch slot kv_len + path[j]; it belongs at kv_len + j."""

@@ -20,10 +20,11 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture()
-def serve(smollm_path: Path) -> Iterator[tuple[subprocess.Popen[str], int]]:
+def serve(smollm_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[subprocess.Popen[str], int]]:
     port = free_port()
     args = ["serve", "--model-path", str(smollm_path), "--port", str(port)]
     args += ["--verifier-port", str(free_port()), "--drafter-port", str(free_port())]
+    args += getattr(request, "param", [])
     process = subprocess.Popen(
         [sys.executable, "-m", "treespec.shared.cli.main", *args],
         stdout=subprocess.PIPE,
@@ -71,3 +72,24 @@ def test_a_dying_service_stops_the_others(serve: tuple[subprocess.Popen[str], in
     assert process.wait(timeout=60) == 1
     _, alive = psutil.wait_procs(services, timeout=10)
     assert not alive
+
+
+@pytest.mark.parametrize("serve", [["--speculative-algorithm", "EAGLE3"]], indirect=True)
+def test_eagle3_serves_with_the_shipped_head_co_located(serve: tuple[subprocess.Popen[str], int]) -> None:
+    """The drafter process maps the verifier's features through shared memory and its drafts are
+    accepted: the figures in meta_info come from the whole stack, OpenAI SDK to head."""
+    process, port = serve
+    wait_for_url(process, port)
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+    model = client.models.list().data[0].id
+    accepted = 0
+    for question in ["What is the capital of France?", "Explain what a hash table is."]:
+        reply = client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": question}], max_tokens=32, temperature=0
+        )
+        assert reply.choices[0].message.content
+        meta = (reply.model_extra or {})["meta_info"]
+        accepted += meta["spec_accepted_tokens"]
+    assert accepted > 0
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=60) == 0

@@ -128,9 +128,16 @@ def _check_fits(c: EagleHeadConfig, target: TargetShape, path: Path) -> None:
         problems.append(f"its hidden size {c.hidden_size} is not the target's {target.hidden_size}")
     if c.vocab_size != target.vocab_size:
         problems.append(f"its vocabulary has {c.vocab_size} tokens, the target's {target.vocab_size}")
-    bad = [i for i in c.aux_layer_ids if not -1 <= i < target.num_layers]  # -1: the embedding output
+    # Output of layer id = the residual entering id + 1 (-1: the embeddings); the last layer's output
+    # is never published (as in SGLang), and each id counts once.
+    bad = [i for i in c.aux_layer_ids if not -1 <= i < target.num_layers - 1]
     if bad:
-        problems.append(f"aux layer ids {bad} are outside the target's {target.num_layers} layers")
+        problems.append(
+            f"aux layer ids {bad} are outside -1..{target.num_layers - 2} "
+            f"(the target has {target.num_layers} layers)"
+        )
+    if len(set(c.aux_layer_ids)) != len(c.aux_layer_ids):
+        problems.append(f"aux layer ids {list(c.aux_layer_ids)} repeat a layer")
     if problems:
         raise HeadConfigError(f"{path}: the head does not fit the target: " + "; ".join(problems))
 

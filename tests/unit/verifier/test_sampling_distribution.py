@@ -7,18 +7,20 @@ trees from a deliberately different distribution q, must pass a chi-square goodn
 
 from __future__ import annotations
 
-import itertools
-from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
-import transformers
-from scipy.stats import chisquare
 
-from treespec.kernels.logits_processing import probs_from_logits
+from tests.unit.verifier.sampling_reference import (
+    NEW,
+    PROMPT,
+    Setting,
+    Tiny,
+    check_follows_target,
+    make_tiny,
+)
 from treespec.shared.drafting.drafter import Drafter, DraftQuery
 from treespec.shared.drafting.features import FeatureSlots
 from treespec.shared.drafting.token_tree import TokenTree
@@ -27,15 +29,7 @@ from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine
 from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
 
-VOCAB, PROMPT, SAMPLES, NEW = 24, [5, 17, 3], 20_000, 3
-
-
-@dataclass(frozen=True)
-class Setting:
-    temperature: float
-    top_k: int = -1
-    top_p: float = 1.0
-
+SAMPLES = 20_000
 
 SETTINGS = {
     "t0.7": Setting(0.7),
@@ -45,58 +39,10 @@ SETTINGS = {
 }
 
 
-@dataclass(frozen=True)
-class Tiny:
-    path: Path
-    logits: dict[tuple[int, ...], torch.Tensor]  # generated prefix (len 0..2) -> next-token logits [V]
-
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Tiny:
     path: Path = tmp_path_factory.mktemp("tiny-sampling")
-    config = transformers.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        eos_token_id=None,
-    )
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval()
-    with torch.no_grad():  # peaked but not degenerate: hundreds of outcomes with expected count >= 5
-        model.model.norm.weight.mul_(15.0)
-    model.save_pretrained(path)
-    pairs = torch.tensor(list(itertools.product(range(VOCAB), repeat=2)))
-    with torch.no_grad():
-        out = model(torch.cat([torch.tensor(PROMPT).expand(len(pairs), -1), pairs], dim=1)).logits
-    logits: dict[tuple[int, ...], torch.Tensor] = {(): out[0, len(PROMPT) - 1]}
-    for (a, b), row in zip(pairs.tolist(), out, strict=True):
-        logits[(a,)] = row[len(PROMPT)]
-        logits[(a, b)] = row[len(PROMPT) + 1]
-    return Tiny(path, logits)
-
-
-def processed(logits: torch.Tensor, s: Setting) -> torch.Tensor:
-    one = lambda v, dt: torch.full((logits.shape[0],), v, dtype=dt)  # noqa: E731
-    return probs_from_logits(
-        logits,
-        one(s.temperature, torch.float32),
-        one(s.top_k, torch.long),
-        one(s.top_p, torch.float32),
-        one(0.0, torch.float32),
-    )
-
-
-def exact_joint(tiny: Tiny, s: Setting) -> torch.Tensor:
-    """P(a, b, c) as a [V, V, V] tensor, from the model's own distributions."""
-    p0 = processed(tiny.logits[()][None], s)[0]
-    p1 = processed(torch.stack([tiny.logits[(a,)] for a in range(VOCAB)]), s)
-    keys = list(itertools.product(range(VOCAB), repeat=2))
-    p2 = processed(torch.stack([tiny.logits[k] for k in keys]), s).view(VOCAB, VOCAB, VOCAB)
-    return p0[:, None, None] * p1[:, :, None] * p2
+    return make_tiny(path)
 
 
 class TableDrafter(Drafter):
@@ -194,16 +140,5 @@ def test_first_three_tokens_follow_the_target(tiny: Tiny) -> None:
     results = engine.generate(requests)
     assert engine.stats.accepted_tokens > SAMPLES, "speculation barely happened: the test would prove nothing"
     for name, s in SETTINGS.items():
-        counts = Counter(tuple(results[f"{name}/{i}"].token_ids) for i in range(SAMPLES))
-        expected = exact_joint(tiny, s).flatten().double() * SAMPLES
-        observed = torch.zeros(VOCAB**3, dtype=torch.float64)
-        for (a, b, c), n in counts.items():
-            observed[(a * VOCAB + b) * VOCAB + c] = n
-        assert float(observed[expected == 0].sum()) == 0, f"{name}: sampled an outcome of probability 0"
-        big = expected >= 5
-        assert int(big.sum()) > 100, f"{name}: too few testable outcomes"
-        obs = torch.cat([observed[big], observed[~big].sum()[None]])
-        exp = torch.cat([expected[big], expected[~big].sum()[None]])
-        exp = exp * obs.sum() / exp.sum()
-        p_value = chisquare(obs.numpy(), exp.numpy()).pvalue
-        assert p_value > 1e-3, f"{name}: chi-square p = {p_value:.2e} over {int(big.sum())} cells"
+        outcomes = [tuple(results[f"{name}/{i}"].token_ids) for i in range(SAMPLES)]
+        check_follows_target(tiny, s, outcomes, name)

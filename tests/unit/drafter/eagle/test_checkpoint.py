@@ -47,11 +47,11 @@ def test_eagle3_checkpoint_loads(tmp_path: Path, weights: str, arch: str) -> Non
 
 
 def test_eagle3_aux_layer_ids_come_from_eagle_config(tmp_path: Path) -> None:
-    head = load_head(write_eagle3(tmp_path / "h", 64, 97, 3, aux_ids=[0, 1, 2]), TARGET)
+    head = load_head(write_eagle3(tmp_path / "h", 64, 97, 3, aux_ids=[-1, 0, 1]), TARGET)
     spec = feature_spec(head.config, TARGET)
-    assert spec.aux_layer_ids == (0, 1, 2) and spec.width == 3 * 64
-    # "output of layer id" is the residual entering layer id + 1.
-    assert spec.capture(torch.arange(2)).aux_layers == (1, 2, 3)
+    assert spec.aux_layer_ids == (-1, 0, 1) and spec.width == 3 * 64
+    # "output of layer id" is the residual entering layer id + 1 (-1: the embeddings).
+    assert spec.capture(torch.arange(2)).aux_layers == (0, 1, 2)
 
 
 def test_qwen_style_head_with_qkv_bias(tmp_path: Path) -> None:
@@ -70,7 +70,7 @@ def test_qwen_style_head_with_qkv_bias(tmp_path: Path) -> None:
     ],
 )
 def test_a_head_that_does_not_fit_is_refused(tmp_path: Path, target: TargetShape, message: str) -> None:
-    path = write_eagle3(tmp_path / "h", 64, 97, 3, aux_ids=[0, 1, 2])
+    path = write_eagle3(tmp_path / "h", 64, 97, 3, aux_ids=[-1, 0, 1])
     with pytest.raises(HeadConfigError, match=message):
         load_head(path, target)
 
@@ -92,7 +92,7 @@ def test_missing_or_misshapen_tensors_are_named(tmp_path: Path) -> None:
 
 def test_saved_head_loads_back_identically(tmp_path: Path) -> None:
     for fmt, path in [
-        ("eagle3", write_eagle3(tmp_path / "a", 64, 97, 3, draft_vocab=40, aux_ids=[0, 1, 2])),
+        ("eagle3", write_eagle3(tmp_path / "a", 64, 97, 3, draft_vocab=40, aux_ids=[-1, 0, 1])),
         ("eagle", write_eagle(tmp_path / "b", 64, 97)),
     ]:
         head = load_head(path, TARGET)

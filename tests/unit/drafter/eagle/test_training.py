@@ -1,0 +1,344 @@
+"""EAGLE training: the training-time test computes what drafting computes, the draft vocabulary's
+public encodings, and `treespec train-eagle` end to end on a tiny random Llama with SmolLM2's
+tokenizer (public-format output, resume, drafting with the result in the engine)."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import transformers
+from safetensors import safe_open
+
+from tests.unit.drafter.eagle.public_checkpoints import write_eagle, write_eagle3
+from treespec.drafter.eagle.checkpoint import TargetShape, load_head, save_head
+from treespec.drafter.eagle.drafter import EagleDrafter
+from treespec.drafter.eagle.head import EagleHead, HeadOutput
+from treespec.drafter.eagle.head_config import EagleFormat
+from treespec.drafter.eagle.training.dataset import Manifest, Sequence
+from treespec.drafter.eagle.training.draft_vocab import DraftVocab, choose_draft_vocab
+from treespec.drafter.eagle.training.unrolled import TrainingTargets, unrolled_loss
+from treespec.shared.cli.main import main
+from treespec.shared.drafting.drafter import DrafterContext, DraftQuery
+from treespec.shared.drafting.features import FeatureSlots
+from treespec.shared.drafting.registry import create_drafter
+from treespec.shared.drafting.target_access import LocalTargetAccess
+from treespec.shared.drafting.token_tree import TreeBudget
+from treespec.shared.model.causal_lm import CausalLM
+from treespec.shared.model.linear import linear
+from treespec.shared.model.loader import load_model
+from treespec.shared.model.store import ModelNotFoundError, models_dir, resolve_model_path
+from treespec.verifier.config import EngineConfig
+from treespec.verifier.engine import Engine
+from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
+
+VOCAB, HIDDEN, LAYERS = 97, 64, 3  # tests/conftest.py's tiny model
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread() -> Generator[None, None, None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# ---- (a) the training-time test is what drafting does ------------------------------------------
+
+
+@dataclass
+class RunSpy:
+    """Wraps an EagleDrafter's batched head pass: the token ids and outputs of every call."""
+
+    calls: list[tuple[torch.Tensor, HeadOutput]]
+
+    @classmethod
+    def install(cls, drafter: EagleDrafter, monkeypatch: pytest.MonkeyPatch) -> RunSpy:
+        spy = cls([])
+        real = drafter._run
+
+        def run(ids: torch.Tensor, *args: Any) -> tuple[HeadOutput, torch.Tensor, torch.Tensor]:
+            out = real(ids, *args)
+            spy.calls.append((ids.clone(), out[0]))
+            return out
+
+        monkeypatch.setattr(drafter, "_run", run)
+        return spy
+
+
+def _unrolled_outputs(
+    head: EagleHead, seq: Sequence, targets: TrainingTargets, steps: int
+) -> list[HeadOutput]:
+    """The head's output of every unrolled step (unrolled_loss computes and drops them)."""
+    outputs: list[HeadOutput] = []
+    real: Callable[[torch.Tensor, torch.Tensor], HeadOutput] = head.finish
+
+    def finish(residual: torch.Tensor, attn_out: torch.Tensor) -> HeadOutput:
+        out = real(residual, attn_out)
+        outputs.append(out)
+        return out
+
+    head.finish = finish  # type: ignore[method-assign]
+    try:
+        with torch.no_grad():
+            unrolled_loss(head, seq, targets, steps, 0.8)
+    finally:
+        del head.finish
+    assert len(outputs) == steps
+    return outputs
+
+
+@pytest.mark.parametrize("name", ["eagle3", "eagle"])
+def test_unrolled_steps_compute_what_drafting_computes(
+    name: str, tiny_path: Path, tiny_model: CausalLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Step 0 at row i is the drafter's catch-up at position i; step 1 at row i is the drafter's
+    first-level child carrying token i + 2, expanded from a root at position i + 1."""
+    if name == "eagle3":
+        head_path = write_eagle3(tmp_path / "h", HIDDEN, VOCAB, LAYERS)  # full draft vocabulary
+    else:
+        head_path = write_eagle(tmp_path / "h", HIDDEN, VOCAB)
+    options = {"draft_path": str(head_path), "draft_probs": False}
+    drafter = create_drafter(name, DrafterContext(VOCAB, tiny_path, options, LocalTargetAccess(tiny_model)))
+    assert isinstance(drafter, EagleDrafter)
+    head, target = drafter.head, drafter.target
+    n = 14
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(3, VOCAB, (n,), generator=g)
+    features = torch.randn(n, drafter.ring.spec.width, generator=g)
+    seq = Sequence(ids, features, torch.randint(0, VOCAB, (n,), generator=g), answer_start=4)
+    embed = target.embed.float()
+    if head.config.is_eagle3:
+        targets = TrainingTargets(embed, None, torch.arange(VOCAB))
+    else:
+        rows = linear(torch.eye(HIDDEN, dtype=embed.dtype), target.lm_head).t()  # packed or not
+        targets = TrainingTargets(embed, rows.float(), None)
+    step0, step1 = _unrolled_outputs(head, seq, targets, 2)
+
+    spy = RunSpy.install(drafter, monkeypatch)
+    for i in [0, 1, 5, n - 3]:
+        rid = f"r{i}"
+        drafter.open(rid, ids[: i + 2].tolist())  # the root is token i + 1
+        drafter.commit(rid, [], FeatureSlots(0, drafter.ring.write(features[: i + 1])))
+        spy.calls.clear()
+        # Every first-level child is expanded (topk = the vocabulary), each in a row of one head pass.
+        (tree,) = drafter.propose([DraftQuery(rid, TreeBudget(8, 2, VOCAB))])
+        assert tree is not None and int(tree.tokens[0]) == int(ids[i + 1])
+        (catch_ids, catch_out), (child_ids, child_out) = spy.calls
+        assert catch_ids.tolist() == ids[1 : i + 2].tolist()
+        torch.testing.assert_close(catch_out.hidden, step0.hidden[: i + 1], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(catch_out.for_logits, step0.for_logits[: i + 1], rtol=1e-4, atol=1e-5)
+        assert sorted(child_ids.tolist()) == list(range(VOCAB))
+        row = child_ids.tolist().index(int(ids[i + 2]))
+        torch.testing.assert_close(child_out.hidden[row], step1.hidden[i], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(child_out.for_logits[row], step1.for_logits[i], rtol=1e-4, atol=1e-5)
+        drafter.close(rid)
+
+
+# ---- (b) the draft vocabulary ------------------------------------------------------------------
+
+
+def test_draft_vocab_encodings_round_trip(tmp_path: Path) -> None:
+    g = torch.Generator().manual_seed(2)
+    hot = torch.randperm(VOCAB, generator=g)[:40].sort().values
+    vocab = DraftVocab(hot, 0.9)
+    assert torch.equal(torch.arange(40) + vocab.d2t, hot)  # target id = draft id + d2t[draft id]
+    t2d = vocab.t2d(VOCAB)
+    assert t2d.dtype == torch.bool and torch.equal(t2d.nonzero().flatten(), hot)
+    index = vocab.draft_index(VOCAB)
+    assert torch.equal(index[hot], torch.arange(40)) and int((index >= 0).sum()) == 40
+    assert bool((index[~t2d] == -1).all())
+
+    # In a head, as the public format stores them: written, read back, and read by the drafter's map.
+    head = load_head(write_eagle3(tmp_path / "h", HIDDEN, VOCAB, LAYERS, draft_vocab=40), _tiny_shape())
+    head.get_buffer("d2t").copy_(vocab.d2t)
+    head.get_buffer("t2d").copy_(t2d)
+    save_head(head, tmp_path / "saved")
+    again = load_head(tmp_path / "saved", _tiny_shape())
+    assert torch.equal(again.draft_to_target(), hot)
+    assert torch.equal(again.get_buffer("t2d"), t2d)
+
+
+def test_draft_vocab_is_the_most_generated_tokens() -> None:
+    def seq(tokens: list[int], answer_start: int) -> Sequence:
+        n = len(tokens)
+        return Sequence(
+            torch.zeros(n, dtype=torch.long), torch.zeros(n, 1), torch.tensor(tokens), answer_start
+        )
+
+    # next_argmax[answer_start - 1:] are the generated tokens: 7 x 4, 3 x 3, 9 x 2, 5 x 1; the prompt's
+    # predictions (11, 12) do not count.
+    data = [seq([11, 12, 7, 7, 3, 9], 3), seq([12, 7, 7, 3, 3, 9, 5], 2)]
+    vocab = choose_draft_vocab(data, 20, 3)
+    assert vocab.target_ids.tolist() == [3, 7, 9]
+    assert vocab.coverage == pytest.approx(9 / 10)
+    assert choose_draft_vocab(data, 20, 50).target_ids.shape[0] == 20  # capped at the vocabulary
+
+
+def _tiny_shape() -> TargetShape:
+    return TargetShape(HIDDEN, VOCAB, LAYERS)
+
+
+# ---- (c) `treespec train-eagle` end to end ----------------------------------------------------
+
+SMOL_VOCAB, SMOL_HIDDEN, SMOL_LAYERS = 49152, 32, 4
+EAGLE3_TENSORS = {
+    "fc.weight",
+    "midlayer.input_layernorm.weight",
+    "midlayer.hidden_norm.weight",
+    "midlayer.self_attn.q_proj.weight",
+    "midlayer.self_attn.k_proj.weight",
+    "midlayer.self_attn.v_proj.weight",
+    "midlayer.self_attn.o_proj.weight",
+    "midlayer.mlp.gate_proj.weight",
+    "midlayer.mlp.up_proj.weight",
+    "midlayer.mlp.down_proj.weight",
+    "midlayer.post_attention_layernorm.weight",
+    "norm.weight",
+    "lm_head.weight",
+    "d2t",
+    "t2d",
+}
+EAGLE_TENSORS = {
+    "fc.weight",
+    "fc.bias",
+    "layers.0.self_attn.q_proj.weight",
+    "layers.0.self_attn.k_proj.weight",
+    "layers.0.self_attn.v_proj.weight",
+    "layers.0.self_attn.o_proj.weight",
+    "layers.0.mlp.gate_proj.weight",
+    "layers.0.mlp.up_proj.weight",
+    "layers.0.mlp.down_proj.weight",
+    "layers.0.post_attention_layernorm.weight",
+}
+
+
+@pytest.fixture(scope="module")
+def smol_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Llama with SmolLM2's vocabulary, tokenizer and chat template."""
+    try:
+        source = resolve_model_path(None, models_dir())
+    except ModelNotFoundError as exc:
+        pytest.skip(f"needs the imported default model's tokenizer: {exc}")
+    out: Path = tmp_path_factory.mktemp("tiny-smol")
+    config = transformers.LlamaConfig(
+        vocab_size=SMOL_VOCAB,
+        hidden_size=SMOL_HIDDEN,
+        intermediate_size=64,
+        num_hidden_layers=SMOL_LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(out)
+    for file in source.iterdir():
+        if file.name.startswith(("tokenizer", "special_tokens", "chat_template")) or file.name in (
+            "generation_config.json",
+        ):
+            shutil.copy(file, out / file.name)
+    return out
+
+
+def _train(target: Path, output: Path, data: Path, *extra: str) -> dict[str, Any]:
+    argv = ["train-eagle", "--target", str(target), "--output", str(output), "--data-dir", str(data)]
+    argv += ["--answer-tokens", "16", "--batch-tokens", "256", "--save-every", "2", "--no-progress"]
+    argv += list(extra)
+    assert main(argv) == 0
+    record: dict[str, Any] = json.loads((output / "training.json").read_text())
+    return record
+
+
+def _tensor_names(path: Path) -> dict[str, tuple[int, ...]]:
+    with safe_open(str(path / "model.safetensors"), "pt") as f:
+        return {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}  # noqa: SIM118
+
+
+def _greedy_equals_plain(target: Path, model: CausalLM, name: str, head: Path) -> None:
+    rng = random.Random(0)
+    prompts = [[rng.randrange(3, SMOL_VOCAB) for _ in range(n)] for n in (5, 12, 30)]
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=16, ignore_eos=True)
+
+    def generate(drafter: EagleDrafter | None, spec: SpeculationParams) -> tuple[Engine, list[list[int]]]:
+        config = EngineConfig(model_path=target, page_size=4, max_total_tokens=1024)
+        engine = Engine(config, drafter, model)
+        requests = [GenerationRequest(f"p{i}", p, sampling, spec) for i, p in enumerate(prompts)]
+        results = engine.generate(requests)
+        return engine, [results[r.request_id].token_ids for r in requests]
+
+    _, plain = generate(None, SpeculationParams(enabled=False))
+    context = DrafterContext(SMOL_VOCAB, target, {"draft_path": str(head)}, LocalTargetAccess(model))
+    drafter = create_drafter(name, context)
+    assert isinstance(drafter, EagleDrafter)
+    engine, drafted = generate(drafter, SpeculationParams(num_draft_tokens=6, num_steps=3, eagle_topk=2))
+    assert drafted == plain
+    assert engine.stats.drafted_tokens > 0
+
+
+def test_train_eagle_cli_end_to_end(smol_tiny: Path, tmp_path: Path) -> None:
+    shape = TargetShape(SMOL_HIDDEN, SMOL_VOCAB, SMOL_LAYERS)
+    out, data = tmp_path / "eagle3", tmp_path / "data3"
+    stage = ["--data-tokens", "150", "--data-batch", "4", "--draft-vocab", "256"]
+    first = _train(smol_tiny, out, data, *stage, "--steps", "4")
+
+    # The public EAGLE-3 format: loads, the config and tensor names of the public checkpoints.
+    head = load_head(out, shape)
+    assert head.config.format is EagleFormat.EAGLE3 and head.config.draft_vocab_size == 256
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert config["draft_vocab_size"] == 256 and config["target_hidden_size"] == SMOL_HIDDEN
+    assert config["vocab_size"] == SMOL_VOCAB and config["num_hidden_layers"] == 1
+    public = write_eagle3(tmp_path / "public3", SMOL_HIDDEN, SMOL_VOCAB, SMOL_LAYERS, draft_vocab=256)
+    names = _tensor_names(out)
+    assert set(names) == EAGLE3_TENSORS == set(_tensor_names(public))
+    assert names["fc.weight"] == (SMOL_HIDDEN, 3 * SMOL_HIDDEN)
+    assert names["lm_head.weight"] == (256, SMOL_HIDDEN)
+    assert head.draft_to_target().unique().numel() == 256
+
+    # training.json records the data and the steps.
+    manifest = Manifest.load(data)
+    assert manifest is not None and manifest.num_answer_tokens >= 150
+    assert first["format"] == "eagle3" and first["steps"] == 4 and first["resumed"] is False
+    assert first["data"]["sequences"] == manifest.num_sequences > 0
+    assert first["data"]["answer_tokens"] == manifest.num_answer_tokens
+    assert first["data"]["tokens"] == manifest.num_tokens
+    assert first["train"]["steps"] == 4 and first["draft_vocab"] == 256
+    assert torch.load(out / "checkpoint" / "trainer_state.pt", weights_only=False)["step"] == 4
+
+    # Resume: training goes on from step 4; the data stage finds its data and makes none.
+    shards = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in data.iterdir()}
+    second = _train(smol_tiny, out, data, *stage, "--steps", "6")
+    assert second["resumed"] is True and second["steps"] == 6 and second["train"]["steps"] == 6
+    assert second["data"] == {**first["data"], "seconds_this_run": second["data"]["seconds_this_run"]}
+    assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in data.iterdir()} == shards
+    assert torch.load(out / "checkpoint" / "trainer_state.pt", weights_only=False)["step"] == 6
+    assert second["train_tokens_this_run"] < 6 * 256  # 2 steps: a restart would need 6 of >= 256 tokens
+
+    # The head drafts: greedy output through the engine is plain decoding's.
+    model = load_model(smol_tiny)
+    _greedy_equals_plain(smol_tiny, model, "eagle3", out)
+
+    # EAGLE(-2): the public EAGLE format (fc with bias, layers.0.*), which loads and drafts too.
+    out2 = tmp_path / "eagle"
+    stage2 = ["--format", "eagle", "--data-tokens", "40", "--data-batch", "4", "--steps", "2"]
+    record = _train(smol_tiny, out2, tmp_path / "data2", *stage2)
+    assert record["format"] == "eagle" and record["steps"] == 2 and record["draft_vocab_coverage"] is None
+    head2 = load_head(out2, shape)
+    assert head2.config.format is EagleFormat.EAGLE and head2.config.fc_bias
+    config2 = json.loads((out2 / "config.json").read_text())
+    assert config2["architectures"] == ["LlamaForCausalLMEagle"] and config2["bias"] is True
+    public2 = write_eagle(
+        tmp_path / "public2", SMOL_HIDDEN, SMOL_VOCAB, stray_embed=False, weights="model.safetensors"
+    )
+    assert set(_tensor_names(out2)) == EAGLE_TENSORS == set(_tensor_names(public2).keys())
+    _greedy_equals_plain(smol_tiny, model, "eagle", out2)

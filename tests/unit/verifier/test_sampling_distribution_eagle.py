@@ -1,0 +1,100 @@
+"""Sampling stays lossless with EAGLE's draft probabilities: the engine's distribution test (see
+test_sampling_distribution.py), drafted by a real EAGLE-3 drafter through LocalTargetAccess.
+
+The head is a random one in the public format; its draft vocabulary is the target's eight most likely
+tokens (d2t / t2d rewritten), so that its children, drawn from a q unrelated to the target's p, are
+accepted often enough at both depths for the test to mean something.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from tests.unit.drafter.eagle.public_checkpoints import write_eagle3
+from tests.unit.verifier.sampling_reference import (
+    HIDDEN,
+    NEW,
+    PROMPT,
+    VOCAB,
+    Setting,
+    Tiny,
+    check_follows_target,
+    exact_joint,
+    make_tiny,
+)
+from treespec.drafter.eagle.drafter import Eagle3Drafter
+from treespec.shared.drafting.drafter import DrafterContext
+from treespec.shared.drafting.registry import create_drafter
+from treespec.shared.drafting.target_access import LocalTargetAccess
+from treespec.shared.model.loader import load_model
+from treespec.verifier.config import EngineConfig
+from treespec.verifier.engine import Engine
+from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
+
+SAMPLES = 5_000
+LAYERS = 3  # EAGLE-3's default features of a 3-layer target: the embedding and layers 0, 1
+DRAFT_VOCAB = 8
+SETTING = Setting(1.0)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread() -> Generator[None, None, None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Tiny:
+    return make_tiny(tmp_path_factory.mktemp("tiny-sampling-eagle"), LAYERS)
+
+
+def write_head(path: Path, tiny: Tiny) -> Path:
+    """A random public-format EAGLE-3 head whose draft vocabulary is the target's likeliest tokens
+    (by their marginal probability as the second or third generated token)."""
+    write_eagle3(path, HIDDEN, VOCAB, LAYERS, draft_vocab=DRAFT_VOCAB)
+    joint = exact_joint(tiny, SETTING)
+    hot = (joint.sum((0, 2)) + joint.sum((0, 1))).topk(DRAFT_VOCAB).indices.sort().values
+    tensors = load_file(str(path / "model.safetensors"))
+    tensors["d2t"] = hot - torch.arange(DRAFT_VOCAB)
+    tensors["t2d"] = torch.zeros(VOCAB, dtype=torch.bool).index_fill_(0, hot, True)
+    save_file(tensors, str(path / "model.safetensors"))
+    return path
+
+
+def test_first_three_tokens_follow_the_target_with_eagle_drafts(tiny: Tiny, tmp_path: Path) -> None:
+    head = write_head(tmp_path / "head", tiny)
+    model = load_model(tiny.path)
+    options = {"draft_path": str(head), "draft_probs": True, "seed": 3}
+    drafter = create_drafter("eagle3", DrafterContext(VOCAB, tiny.path, options, LocalTargetAccess(model)))
+    assert isinstance(drafter, Eagle3Drafter) and drafter.head.config.draft_vocab_size == DRAFT_VOCAB
+    engine = Engine(
+        EngineConfig(
+            model_path=tiny.path,
+            page_size=4,
+            max_total_tokens=16_384,
+            max_running_requests=1024,
+            chunked_prefill_size=4096,
+        ),
+        drafter,
+        model,
+    )
+    speculation = SpeculationParams(num_draft_tokens=8, num_steps=3, eagle_topk=3)
+    sampling = [
+        SamplingParams(temperature=SETTING.temperature, seed=i, max_new_tokens=NEW, ignore_eos=True)
+        for i in range(SAMPLES)
+    ]
+    requests = [GenerationRequest(f"r/{i}", PROMPT, s, speculation) for i, s in enumerate(sampling)]
+    results = engine.generate(requests)
+    stats = engine.stats
+    assert stats.drafted_tokens > 5 * SAMPLES, "the drafter barely drafted"
+    assert stats.accepted_tokens > SAMPLES // 4, "speculation barely happened: the test would prove nothing"
+    assert stats.accepted_by_depth[1] > SAMPLES // 100, "no second-level draft was accepted"
+    outcomes = [tuple(results[f"r/{i}"].token_ids) for i in range(SAMPLES)]
+    check_follows_target(tiny, SETTING, outcomes, "eagle3 t1.0")
