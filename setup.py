@@ -42,6 +42,10 @@ packages, package_dir = _packages()
 setup(
     packages=packages,
     package_dir=package_dir,
-    package_data={"treespec.v1": ["*.proto", "*.pyi"]},
+    package_data={
+        "treespec.v1": ["*.proto", "*.pyi"],
+        # The EAGLE-3 head trained for the bundled model (services/drafter/eagle/heads/).
+        "treespec.drafter.eagle": ["heads/*/*.json", "heads/*/*.safetensors"],
+    },
     cmdclass={"build_py": BuildWithStubs},
 )
