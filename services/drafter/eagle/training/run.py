@@ -18,7 +18,7 @@ from treespec.drafter.eagle.training.conversations import ConversationSettings
 from treespec.drafter.eagle.training.data_stage import DataSettings, build_dataset
 from treespec.drafter.eagle.training.dataset import read_all
 from treespec.drafter.eagle.training.draft_vocab import choose_draft_vocab
-from treespec.drafter.eagle.training.trainer import Trainer, TrainSettings
+from treespec.drafter.eagle.training.trainer import Trainer, TrainSettings, split_held_out
 from treespec.drafter.eagle.training.unrolled import TrainingTargets
 from treespec.shared.drafting.features import FeatureSpec
 from treespec.shared.model.config import ModelConfig
@@ -59,7 +59,7 @@ def run(config: TrainEagleConfig) -> dict[str, object]:
         )
     )
     data_seconds = time.monotonic() - started
-    sequences = read_all(config.data_dir)
+    sequences, held_out = split_held_out(read_all(config.data_dir))
     model = load_model(config.target, LoadOptions(pack_weights=False))
     w = model.weights
     embed = (w.embed if w.embed is not None else w.lm_head.t()).float()
@@ -97,7 +97,9 @@ def run(config: TrainEagleConfig) -> dict[str, object]:
         "steps": report.steps,
         "train_seconds_this_run": round(report.seconds, 1),
         "train_tokens_this_run": report.tokens,
-        "final_accuracy_per_step": [round(a, 4) for a in report.accuracy],
+        "train_accuracy_per_step": [round(a, 4) for a in report.accuracy],
+        "held_out_sequences": len(held_out),
+        "held_out_accuracy_per_step": [round(a, 4) for a in trainer.evaluate(held_out)],
         "size_bytes": (config.output / "model.safetensors").stat().st_size,
     }
     (config.output / RECORD_FILE).write_text(json.dumps(record, indent=2) + "\n")

@@ -23,6 +23,8 @@ from treespec.drafter.eagle.training.unrolled import TrainingTargets, unrolled_l
 
 CHECKPOINT_DIR = "checkpoint"
 STATE_FILE = "trainer_state.pt"
+ACCURACY_WINDOW = 10  # steps the reported training accuracy covers
+HELD_OUT_EVERY = 25  # one sequence in this many is kept out of training
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ class TrainReport:
     steps: int
     seconds: float
     tokens: int
-    accuracy: list[float]  # per unrolled step, over the last steps' rows
+    accuracy: list[float]  # top-1 per unrolled step, over the last ACCURACY_WINDOW steps' rows
 
 
 class Trainer:
@@ -77,6 +79,8 @@ class Trainer:
         state = torch.load(state_file, weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
         self.step, self.order, self.cursor = state["step"], state["order"], state["cursor"]
+        if any(i >= len(self.data) for i in self.order):  # the data changed since: start a new epoch
+            self.order, self.cursor = [], 0
         return True
 
     def save_checkpoint(self) -> None:
@@ -99,6 +103,7 @@ class Trainer:
         start, tokens = time.monotonic(), 0
         hits = [0] * s.ttt_steps
         counts = [0] * s.ttt_steps
+        last_window = [0.0] * s.ttt_steps
         bar = tqdm(total=s.steps, initial=self.step, desc="train (steps)", disable=not s.progress)
         self.head.train()
         while self.step < s.steps:
@@ -119,14 +124,30 @@ class Trainer:
             accuracy = [h / c if c else 0.0 for h, c in zip(hits, counts, strict=True)]
             bar.set_postfix(acc=" ".join(f"{a:.2f}" for a in accuracy))
             bar.update(1)
-            if self.step % 10 == 0:
+            if self.step % ACCURACY_WINDOW == 0:
+                last_window = accuracy
                 hits, counts = [0] * s.ttt_steps, [0] * s.ttt_steps
             if self.step % s.save_every == 0 or self.step == s.steps:
                 self.save_checkpoint()
         bar.close()
         self.head.eval()
-        accuracy = [h / c if c else 0.0 for h, c in zip(hits, counts, strict=True)]
+        accuracy = [h / c for h, c in zip(hits, counts, strict=True)] if any(counts) else last_window
         return TrainReport(self.step, time.monotonic() - start, tokens, accuracy)
+
+    @torch.no_grad()
+    def evaluate(self, sequences: list[Sequence]) -> list[float]:
+        """Top-1 accuracy per unrolled step on sequences the head did not train on."""
+        s = self.settings
+        hits, counts = [0] * s.ttt_steps, [0] * s.ttt_steps
+        self.head.eval()
+        for seq in sequences:
+            result = unrolled_loss(
+                self.head, _cut(seq, s.max_sequence), self.targets, s.ttt_steps, s.ttt_decay
+            )
+            for j in range(s.ttt_steps):
+                hits[j] += result.correct[j]
+                counts[j] += result.counted[j]
+        return [h / c if c else 0.0 for h, c in zip(hits, counts, strict=True)]
 
     def _set_lr(self) -> None:
         s = self.settings
@@ -152,6 +173,15 @@ class Trainer:
             batch.append(seq)
             size += int(seq.input_ids.shape[0])
         return batch
+
+
+def split_held_out(
+    sequences: list[Sequence], every: int = HELD_OUT_EVERY
+) -> tuple[list[Sequence], list[Sequence]]:
+    """Every `every`-th sequence is held out of training, to measure how the head generalises."""
+    train = [s for i, s in enumerate(sequences) if i % every != every - 1]
+    held = [s for i, s in enumerate(sequences) if i % every == every - 1]
+    return train, held
 
 
 def _cut(seq: Sequence, n: int) -> Sequence:
