@@ -21,10 +21,15 @@ class EagleConfig:
     ring_capacity: int = 16384  # feature rows the verifier's ring holds
     draft_probs: bool = True  # return sibling probabilities (siblings ordered as a draw from them)
     seed: int = 0  # the sibling-order draws
+    # Leave out nodes whose draft path probability is lower: each costs a verify row (and a head row
+    # when expanded) for little chance of acceptance. 0 keeps SGLang's fixed-size trees.
+    min_path_prob: float = 0.0
 
     def __post_init__(self) -> None:
         if self.ring_capacity < 64:
             raise ValueError("ring_capacity must be at least 64")
+        if not 0.0 <= self.min_path_prob < 1.0:
+            raise ValueError("min_path_prob must lie in [0, 1)")
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> EagleConfig:

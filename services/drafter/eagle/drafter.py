@@ -122,14 +122,14 @@ class EagleDrafter(Drafter):
             ):
                 searches.append(None)
                 continue
-            search = SearchTree(state.tokens[-1], query.budget)
+            search = SearchTree(state.tokens[-1], query.budget, self.config.min_path_prob)
             assert state.last_logprobs is not None
             search.add_children(0, state.last_logprobs, self._vocab_ids)
             searches.append(search)
         self._grow(
             [(s, st) for s, st in zip(searches, states, strict=True) if s is not None and st is not None]
         )
-        return [None if s is None else s.to_token_tree(self._generator) for s in searches]
+        return [None if s is None or not s.kept() else s.to_token_tree(self._generator) for s in searches]
 
     def _catch_up(self, states: list[DraftState]) -> None:
         """Run the head over every pending (feature, next token) pair of these requests, batched."""

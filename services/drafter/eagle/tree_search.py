@@ -8,6 +8,7 @@ ties go to the earlier node), so the kept set is a tree.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -19,6 +20,7 @@ from treespec.shared.drafting.token_tree import TokenTree, TreeBudget
 class SearchTree:
     root_token: int
     budget: TreeBudget
+    min_path_prob: float = 0.0  # nodes less likely than this (by draft probability) are not drafted
     tokens: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)  # cumulative log q
@@ -49,7 +51,11 @@ class SearchTree:
         ]
 
     def best(self, nodes: list[int], n: int) -> list[int]:
-        return sorted(nodes, key=lambda i: (-self.scores[i], i))[:n]
+        """The n best of `nodes` whose path probability reaches min_path_prob (a node below it costs a
+        verify row and, expanded, a head row, for little chance of acceptance)."""
+        floor = math.log(self.min_path_prob) if self.min_path_prob > 0 else -math.inf
+        likely = [i for i in nodes if self.scores[i] >= floor]
+        return sorted(likely, key=lambda i: (-self.scores[i], i))[:n]
 
     def kept(self) -> list[int]:
         """The best `num_draft_tokens - 1` drafted nodes, in creation order (parents first)."""

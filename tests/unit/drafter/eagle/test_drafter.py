@@ -182,3 +182,24 @@ def test_wrong_format_for_the_algorithm_is_refused(
         make_drafter("eagle3", heads["eagle"], tiny_model, tiny_path)
     with pytest.raises(ValueError, match="unknown EAGLE option"):
         make_drafter("eagle", heads["eagle"], tiny_model, tiny_path, bogus=1)
+
+
+def test_unlikely_nodes_are_left_out(heads: dict[str, Path], tiny_path: Path, tiny_model: CausalLM) -> None:
+    drafters = {
+        p: make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path, min_path_prob=p)
+        for p in (0.0, 0.05, 0.999999)
+    }
+    engine = _engine(tiny_path, tiny_model, drafters[0.0])
+    prompt = _prompts()["p3"]
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=20, ignore_eos=True)
+    engine.add_request(GenerationRequest("r", prompt, sampling, PLAIN))
+    while "r" not in drafters[0.0]._requests or len(drafters[0.0]._requests["r"].tokens) < len(prompt) + 4:
+        engine.step()
+    sizes = {}
+    for p, drafter in drafters.items():
+        drafter._requests["r"] = drafters[0.0]._requests["r"]
+        (tree,) = drafter.propose([DraftQuery("r", TreeBudget(12, 4, 4))])
+        sizes[p] = 0 if tree is None else tree.num_nodes
+    assert sizes[0.0] == 12 and sizes[0.05] <= 12 and sizes[0.999999] == 0
+    with pytest.raises(ValueError, match="min_path_prob"):
+        make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path, min_path_prob=1.5)
