@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pluggy
 import pytest
+import torch
 
 from tests.redis_server import RedisServer
 from treespec.shared.model.causal_lm import CausalLM
@@ -29,6 +30,15 @@ def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model(tiny_path: Path) -> CausalLM:
     return load_model(tiny_path)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Generator[None, None, None]:
+    """One torch thread for a module's tests (`pytestmark = pytest.mark.usefixtures(...)`)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,10 @@ from treespec.verifier.engine import Engine
 from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
 from treespec.verifier.stats import SpecStats
 
+# The tiny models gain nothing from threads, and on a busy 2-core machine torch's spinning threads
+# make every step many times slower.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 VOCAB, HIDDEN, LAYERS = 97, 64, 3
 NEW_TOKENS = 24
 HOT = 5  # the drafts' vocabulary: the target's most frequent greedy tokens
@@ -43,14 +47,6 @@ SPECS = [
     SpeculationParams(num_draft_tokens=4, num_steps=2, eagle_topk=2),
     SpeculationParams(num_draft_tokens=12, num_steps=5, eagle_topk=4),
 ]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Generator[None, None, None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ accepted often enough at both depths for the test to mean something.
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from pathlib import Path
 
 import pytest
@@ -36,18 +35,14 @@ from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine
 from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
 
+# The tiny models gain nothing from threads, and on a busy 2-core machine torch's spinning threads
+# make every step many times slower.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 SAMPLES = 5_000
 LAYERS = 3  # EAGLE-3's default features of a 3-layer target: the embedding and layers 0, 1
 DRAFT_VOCAB = 8
 SETTING = Setting(1.0)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Generator[None, None, None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,10 @@ output equals plain decoding, every tree respects its budget, draft probabilitie
 from __future__ import annotations
 
 import random
-from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from tests.unit.drafter.eagle.public_checkpoints import write_eagle, write_eagle3
 from treespec.drafter.eagle.drafter import EagleDrafter
@@ -23,17 +21,13 @@ from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine
 from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
 
+# The tiny models gain nothing from threads, and on a busy 2-core machine torch's spinning threads
+# make every step many times slower.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 VOCAB, HIDDEN, LAYERS = 97, 64, 3
 PLAIN = SpeculationParams(enabled=False)
 EAGLE = SpeculationParams(num_draft_tokens=8, num_steps=4, eagle_topk=3)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Generator[None, None, None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,15 +39,11 @@ from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine
 from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
 
+# The tiny models gain nothing from threads, and on a busy 2-core machine torch's spinning threads
+# make every step many times slower.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 VOCAB, HIDDEN, LAYERS = 97, 64, 3  # tests/conftest.py's tiny model
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Generator[None, None, None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 # ---- (a) the training-time test is what drafting does ------------------------------------------

@@ -8,13 +8,12 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-import torch
 
 from tests.redis_server import RedisServer
 from tests.unit.drafter.ngram.backends import count_redis_contexts
@@ -29,21 +28,15 @@ from treespec.verifier.engine import Engine, GenerationResult
 from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
 from treespec.verifier.stats import SpecStats
 
+# The tiny models gain nothing from threads, and on a busy 2-core machine torch's spinning threads
+# make every step many times slower.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 VOCAB = 97
 PLAIN = SpeculationParams(enabled=False)
 # Reads may wait longer than in production: a loaded test machine must not read as an outage.
 REDIS_TIMEOUT_MS = 250.0
 WAIT_S = 5.0
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread() -> Generator[None, None, None]:
-    """The tiny model gains nothing from threads, and on a busy 2-core machine torch's spinning threads
-    make every step many times slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _ngram_budget() -> SpeculationParams:
