@@ -14,7 +14,6 @@ output (near-tie rule). Targets: EAGLE-3 acceptance length >= 3.0; EAGLE-3 token
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
@@ -85,15 +84,7 @@ class EagleBenchArgs(runs.BenchArgs):
 
 
 def run(ns: argparse.Namespace) -> int:
-    try:
-        args = EagleBenchArgs.from_namespace(ns)
-    except ValueError as exc:
-        print(f"treespec bench eagle: error: {exc}", file=sys.stderr)
-        return 2
-    torch.set_num_threads(args.threads)
-    payload = bench_eagle(args)
-    runs.emit(payload, render(payload), args.json_path)
-    return 0
+    return runs.run_bench("eagle", ns, EagleBenchArgs, bench_eagle, render)
 
 
 @dataclass

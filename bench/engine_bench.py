@@ -33,11 +33,7 @@ class EngineBenchArgs(runs.BenchArgs):
 
 
 def run(ns: argparse.Namespace) -> int:
-    args = EngineBenchArgs.from_namespace(ns)
-    torch.set_num_threads(args.threads)
-    payload = bench_engine(args)
-    runs.emit(payload, render(payload), args.json_path)
-    return 0
+    return runs.run_bench("engine", ns, EngineBenchArgs, bench_engine, render)
 
 
 @dataclass

@@ -11,7 +11,6 @@ for a cold one).
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -56,15 +55,7 @@ class NgramBenchArgs(runs.BenchArgs):
 
 
 def run(ns: argparse.Namespace) -> int:
-    try:
-        args = NgramBenchArgs.from_namespace(ns)
-    except ValueError as exc:
-        print(f"treespec bench ngram: error: {exc}", file=sys.stderr)
-        return 2
-    torch.set_num_threads(args.threads)
-    payload = bench_ngram(args)
-    runs.emit(payload, render(payload), args.json_path)
-    return 0
+    return runs.run_bench("ngram", ns, NgramBenchArgs, bench_ngram, render)
 
 
 def speculation(config: NgramConfig) -> SpeculationParams:

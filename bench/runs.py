@@ -7,11 +7,12 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import torch
 import transformers
@@ -57,6 +58,29 @@ class BenchArgs:
             "json_path": Path(ns.json) if ns.json else None,
             "threads": ns.threads or torch.get_num_threads(),
         }
+
+
+ArgsT = TypeVar("ArgsT", bound=BenchArgs)
+
+
+def run_bench(
+    verb: str,
+    ns: argparse.Namespace,
+    args_class: type[ArgsT],
+    bench: Callable[[ArgsT], dict[str, Any]],
+    render: Callable[[dict[str, Any]], str],
+) -> int:
+    """A `treespec bench VERB` run: arguments (a bad one exits 2 before the model loads), threads, the
+    benchmark, then the table and JSON."""
+    try:
+        args = args_class.from_namespace(ns)
+    except ValueError as exc:
+        print(f"treespec bench {verb}: error: {exc}", file=sys.stderr)
+        return 2
+    torch.set_num_threads(args.threads)
+    payload = bench(args)
+    emit(payload, render(payload), args.json_path)
+    return 0
 
 
 def emit(payload: dict[str, Any], text: str, json_path: Path | None) -> None:

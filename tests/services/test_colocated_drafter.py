@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from tests.services.colocated import colocated_drafter
+from tests.services.colocated import TEST_ENV
 from tests.services.feature_recorder import KIND, FeatureRecordingDrafter, Rows
 from treespec.drafter.server.app import DrafterServer
 from treespec.shared.drafting.colocated_access import ColocatedTargetAccess
@@ -19,6 +19,7 @@ from treespec.shared.drafting.colocation import ColocationServer
 from treespec.shared.drafting.drafter import Drafter, DrafterContext
 from treespec.shared.drafting.registry import create_drafter
 from treespec.shared.drafting.target_access import LocalTargetAccess
+from treespec.shared.launcher.colocated import colocated_drafter
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.loader import load_model
 from treespec.verifier.config import EngineConfig
@@ -66,7 +67,8 @@ def test_drafter_process_reads_the_verifiers_features(tiny_path: Path, tmp_path:
     reference = in_process_rows(tiny_path, model, options, NEW_TOKENS)
     record_dir = tmp_path / "rows"
     record_dir.mkdir()
-    with colocated_drafter(model, KIND, {**options, "record_dir": str(record_dir)}, VOCAB, tmp_path) as co:
+    options = {**options, "record_dir": str(record_dir)}
+    with colocated_drafter(model, KIND, options, VOCAB, tmp_path, env=TEST_ENV) as co:
         ring = co.remote.feature_ring
         assert co.process is not None and ring is not None and ring.spec.aux_layer_ids == (0, 1)
         engine = make_engine(tiny_path, model, co.remote)

@@ -20,13 +20,14 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tests.services.colocated import colocated_drafter
+from tests.services.colocated import TEST_ENV
 from tests.unit.drafter.eagle.public_checkpoints import write_eagle, write_eagle3
 from treespec.shared.drafting.drafter import Drafter, DrafterContext, DraftQuery
 from treespec.shared.drafting.features import FeatureRing, FeatureSlots
 from treespec.shared.drafting.registry import create_drafter
 from treespec.shared.drafting.target_access import LocalTargetAccess
 from treespec.shared.drafting.token_tree import TokenTree
+from treespec.shared.launcher.colocated import colocated_drafter
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.loader import load_model
 from treespec.verifier.config import EngineConfig
@@ -166,7 +167,7 @@ def test_colocated_drafter_proposes_the_in_process_trees(kind: str, tiny_path: P
     model = load_model(tiny_path)
     work = tmp_path / "colocated"
     work.mkdir()
-    with colocated_drafter(model, kind, options, VOCAB, work, deadline_s=DEADLINE_S) as co:
+    with colocated_drafter(model, kind, options, VOCAB, work, deadline_s=DEADLINE_S, env=TEST_ENV) as co:
         assert co.process is not None
         got = _run(tiny_path, model, co.remote)
         assert co.process.poll() is None, "the drafter process died"

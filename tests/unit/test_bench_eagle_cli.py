@@ -18,9 +18,6 @@ from treespec.drafter.eagle.config import SHIPPED_HEADS
 from treespec.drafter.eagle.head_config import EagleFormat
 from treespec.shared.cli.main import build_parser, main
 from treespec.shared.model.store import (
-    DEFAULT_MODEL_NAME,
-    IMPORT_RECORD_FILE,
-    MODELS_DIR_ENV,
     models_dir,
     resolve_model_path,
 )
@@ -38,19 +35,6 @@ ISSUE_KEYS = {
 }
 
 
-@pytest.fixture
-def defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
-    """An imported default model and a prompts file where the defaults look for them."""
-    model = tmp_path / "models" / DEFAULT_MODEL_NAME
-    model.mkdir(parents=True)
-    (model / IMPORT_RECORD_FILE).write_text("{}")
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("")
-    monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path / "models"))
-    monkeypatch.setenv("TREESPEC_BENCH_PROMPTS", str(prompts))
-    return model, prompts
-
-
 @pytest.fixture(scope="module")
 def head(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random EAGLE-3 head that fits SmolLM2-135M-Instruct."""
@@ -61,8 +45,8 @@ def _args(argv: list[str]) -> EagleBenchArgs:
     return EagleBenchArgs.from_namespace(build_parser().parse_args(["bench", "eagle", *argv]))
 
 
-def test_flags_build_the_args(defaults: tuple[Path, Path], head: Path) -> None:
-    model, prompts = defaults
+def test_flags_build_the_args(bench_defaults: tuple[Path, Path], head: Path) -> None:
+    model, prompts = bench_defaults
     argv = ["--quick", "--json", "x", "--draft-path", str(head), "--draft-deadline", "7.5"]
     args = _args([*argv, "--speculative-num-steps", "3", "--speculative-eagle-topk", "2"])
     assert args == EagleBenchArgs(
@@ -81,7 +65,7 @@ def test_flags_build_the_args(defaults: tuple[Path, Path], head: Path) -> None:
 
 
 def test_defaults_are_the_shipped_head_and_sglangs_budget(
-    defaults: tuple[Path, Path], head: Path, monkeypatch: pytest.MonkeyPatch
+    bench_defaults: tuple[Path, Path], head: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(SHIPPED_HEADS, EagleFormat.EAGLE3, head)
     args = _args(["--threads", "3", "--max-new-tokens", "16"])
@@ -99,7 +83,7 @@ def test_defaults_are_the_shipped_head_and_sglangs_budget(
     ],
 )
 def test_bad_flags_fail_before_loading(
-    defaults: tuple[Path, Path], head: Path, argv: list[str], capsys: pytest.CaptureFixture[str]
+    bench_defaults: tuple[Path, Path], head: Path, argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["--draft-path", str(head), *argv]  # the last --draft-path wins
     with pytest.raises(ValueError):
@@ -109,13 +93,13 @@ def test_bad_flags_fail_before_loading(
 
 
 def test_no_shipped_head_fails_before_loading(
-    defaults: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    bench_defaults: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(SHIPPED_HEADS, EagleFormat.EAGLE3, tmp_path / "missing")
     assert main(["bench", "eagle"]) == 2
 
 
-def test_payload_has_the_issue_keys_and_targets(defaults: tuple[Path, Path], head: Path) -> None:
+def test_payload_has_the_issue_keys_and_targets(bench_defaults: tuple[Path, Path], head: Path) -> None:
     args = _args(["--draft-path", str(head)])
     tally = Throughput()
     # tokens 12 each; (seconds, verify steps): eagle3 accepts 3 per step, 2x plain, 3x HF

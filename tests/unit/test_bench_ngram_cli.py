@@ -13,29 +13,15 @@ from treespec.bench.runs import GreedyCheck
 from treespec.bench.throughput import Throughput
 from treespec.drafter.ngram.config import NgramConfig
 from treespec.shared.cli.main import build_parser, main
-from treespec.shared.model.store import DEFAULT_MODEL_NAME, IMPORT_RECORD_FILE, MODELS_DIR_ENV
 from treespec.verifier.request import SpeculationParams
-
-
-@pytest.fixture
-def defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
-    """An imported default model and a prompts file where the defaults look for them."""
-    model = tmp_path / "models" / DEFAULT_MODEL_NAME
-    model.mkdir(parents=True)
-    (model / IMPORT_RECORD_FILE).write_text("{}")
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("")
-    monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path / "models"))
-    monkeypatch.setenv("TREESPEC_BENCH_PROMPTS", str(prompts))
-    return model, prompts
 
 
 def _args(argv: list[str]) -> NgramBenchArgs:
     return NgramBenchArgs.from_namespace(build_parser().parse_args(["bench", "ngram", *argv]))
 
 
-def test_flags_build_the_args(defaults: tuple[Path, Path]) -> None:
-    model, prompts = defaults
+def test_flags_build_the_args(bench_defaults: tuple[Path, Path]) -> None:
+    model, prompts = bench_defaults
     args = _args(["--quick", "--json", "x", "--redis-url", "redis://h:1", "--option", "max_bfs_breadth=4"])
     assert args == NgramBenchArgs(
         model=model,
@@ -49,7 +35,7 @@ def test_flags_build_the_args(defaults: tuple[Path, Path]) -> None:
     assert args.config == NgramConfig(redis_url="redis://h:1", max_bfs_breadth=4)
 
 
-def test_defaults_are_an_in_process_memory(defaults: tuple[Path, Path]) -> None:
+def test_defaults_are_an_in_process_memory(bench_defaults: tuple[Path, Path]) -> None:
     args = _args(["--threads", "3", "--max-new-tokens", "16"])
     assert args.options == {} and args.config.redis_url is None
     assert (args.threads, args.max_new_tokens, args.per_category, args.json_path) == (3, 16, None, None)
@@ -65,7 +51,7 @@ def test_speculation_is_the_default_budget() -> None:
 
 @pytest.mark.parametrize("option", ["nope=1", "max_bfs_breadth", "max_bfs_breadth=0"])
 def test_bad_options_fail_before_loading(
-    defaults: tuple[Path, Path], option: str, capsys: pytest.CaptureFixture[str]
+    bench_defaults: tuple[Path, Path], option: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(ValueError):
         _args(["--option", option])
@@ -73,7 +59,7 @@ def test_bad_options_fail_before_loading(
     assert "treespec bench ngram: error:" in capsys.readouterr().err
 
 
-def test_payload_has_the_issue_keys(defaults: tuple[Path, Path]) -> None:
+def test_payload_has_the_issue_keys(bench_defaults: tuple[Path, Path]) -> None:
     args = _args(["--redis-url", "redis://u:secret@h:1/0", "--option", "max_bfs_breadth=4"])
     tally = Throughput()
     for method, seconds, steps in (("plain", 2.0, 0), ("ngram", 1.0, 4), ("hf_pld", 1.6, 0)):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from treespec.drafter.eagle.head_config import EagleFormat
+from treespec.shared.drafting.options import config_from_options
 
 # The head trained for the bundled SmolLM2-135M-Instruct with `treespec train-eagle`, shipped in the
 # package (services/drafter/eagle/heads/); used when no draft path is given.
@@ -33,14 +34,7 @@ class EagleConfig:
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> EagleConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ValueError(f"unknown EAGLE option(s) {unknown}; known: {sorted(known)}")
-        try:
-            return cls(**options)
-        except TypeError as exc:
-            raise ValueError(f"invalid EAGLE option: {exc}") from exc
+        return config_from_options(cls, options, "EAGLE")
 
     def head_path(self, fmt: EagleFormat) -> Path:
         if self.draft_path:

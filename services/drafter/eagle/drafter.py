@@ -129,7 +129,8 @@ class EagleDrafter(Drafter):
         self._grow(
             [(s, st) for s, st in zip(searches, states, strict=True) if s is not None and st is not None]
         )
-        return [None if s is None or not s.kept() else s.to_token_tree(self._generator) for s in searches]
+        trees = [None if s is None else s.to_token_tree(self._generator) for s in searches]
+        return [None if t is None or t.num_nodes == 1 else t for t in trees]  # a bare root: plain decoding
 
     def _catch_up(self, states: list[DraftState]) -> None:
         """Run the head over every pending (feature, next token) pair of these requests, batched."""

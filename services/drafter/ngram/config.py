@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
+from treespec.shared.drafting.options import config_from_options
 from treespec.shared.drafting.token_tree import TreeBudget
 
 MATCH_TYPES = ("BFS", "PROB")
@@ -45,17 +46,10 @@ class NgramConfig:
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> NgramConfig:
         """From plugin options (`--option key=value`); unknown keys are an error, not ignored."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ValueError(f"unknown n-gram option(s) {unknown}; known: {sorted(known)}")
         values = dict(options)
         if "match_type" in values:
             values["match_type"] = str(values["match_type"]).upper()
-        try:
-            return cls(**values)
-        except TypeError as exc:  # a value of the wrong type, e.g. a string where a number belongs
-            raise ValueError(f"invalid n-gram option: {exc}") from exc
+        return config_from_options(cls, values, "n-gram")
 
     def as_options(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v != getattr(NgramConfig, k)}
