@@ -57,7 +57,9 @@ class ModelWeights:
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [T] -> [T, hidden]."""
         if self.embed is None:
-            return self.lm_head.index_select(1, ids).t()
+            # Row-major, as every later op expects: a transposed view would carry its layout through
+            # the residual stream and slow each matmul several times over.
+            return self.lm_head.index_select(1, ids).t().contiguous()
         return self.embed[ids]
 
 

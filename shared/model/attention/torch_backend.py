@@ -1,4 +1,8 @@
-"""Reference attention on any device: gather each request's K/V, dense masks, torch SDPA."""
+"""Reference attention on any device: gather each request's K/V, dense masks, torch SDPA.
+
+Sequences are attended in groups of similar query and key lengths (powers of two), one SDPA call
+per group, so that a long prefill chunk in a batch of decodes does not pad every decode to its length.
+"""
 
 from __future__ import annotations
 
@@ -14,13 +18,21 @@ from treespec.shared.model.kv_cache import KVCache
 
 
 @dataclass(frozen=True)
-class TorchAttentionPlan:
-    write_slots: torch.Tensor  # [T] flat slot of each new token
+class GroupPlan:
+    """Sequences attended in one SDPA call, padded to the group's longest query and key lengths."""
+
+    token_rows: torch.Tensor | slice  # the group's rows among the forward's T tokens
     kv_index: torch.Tensor  # [B, max_kv] flat slots to gather (padding: slot 0, masked out)
     mask: torch.Tensor | None  # [B, 1, max_q, max_kv] bool, None when every query sees every key
-    q_rows: torch.Tensor | None  # [B, max_q] token row of each padded query (None: one sequence, no padding)
-    out_rows: torch.Tensor | None  # [T] flat padded row holding each token's output
+    q_rows: torch.Tensor | None  # [B, max_q] row of each padded query in the group (None: one sequence)
+    out_rows: torch.Tensor | None  # [n] padded flat row holding each of the group's token outputs
     kv_range: tuple[int, int] | None = None  # one sequence whose slots are one run: a view, no gather
+
+
+@dataclass(frozen=True)
+class TorchAttentionPlan:
+    write_slots: torch.Tensor  # [T] flat slot of each new token
+    groups: tuple[GroupPlan, ...]
 
 
 class TorchAttentionBackend(AttentionBackend):
@@ -30,33 +42,18 @@ class TorchAttentionBackend(AttentionBackend):
 
     def plan(self, layout: BatchLayout, device: torch.device) -> TorchAttentionPlan:
         seqs = layout.sequences
-        masks = [self._sequence_mask(s) for s in seqs]
-        write_slots = layout.write_slots().to(device)
-        if len(seqs) == 1:
-            only = masks[0]
-            mask = None if bool(only.all()) else only[None, None].to(device)
-            slots = seqs[0].kv_slots
-            kv_range = _as_range(slots)
-            return TorchAttentionPlan(write_slots, slots[None].to(device), mask, None, None, kv_range)
-        max_q = max(s.num_new for s in seqs)
-        max_kv = max(s.kv_len for s in seqs)
-        kv_index = torch.zeros(len(seqs), max_kv, dtype=torch.long)
-        mask_pad = torch.zeros(len(seqs), 1, max_q, max_kv, dtype=torch.bool)
-        # Padded query rows attend to slot 0 only, so that no softmax row is empty (their output is dropped).
-        mask_pad[:, :, :, 0] = True
-        q_rows = torch.zeros(len(seqs), max_q, dtype=torch.long)
-        out_rows = torch.empty(layout.num_tokens, dtype=torch.long)
-        start = 0
-        for b, (s, m) in enumerate(zip(seqs, masks, strict=True)):
-            n = s.num_new
-            kv_index[b, : s.kv_len] = s.kv_slots
-            mask_pad[b, 0, :n, : s.kv_len] = m
-            q_rows[b, :n] = torch.arange(start, start + n)
-            out_rows[start : start + n] = torch.arange(b * max_q, b * max_q + n)
-            start += n
-        return TorchAttentionPlan(
-            write_slots, kv_index.to(device), mask_pad.to(device), q_rows.to(device), out_rows.to(device)
-        )
+        starts = torch.tensor([0] + [s.num_new for s in seqs]).cumsum(0).tolist()
+        buckets: dict[tuple[int, int], list[int]] = {}
+        for i, s in enumerate(seqs):
+            buckets.setdefault((_bucket(s.num_new), _bucket(s.kv_len)), []).append(i)
+        groups = []
+        for members in buckets.values():
+            if len(buckets) == 1:
+                rows: torch.Tensor | slice = slice(None)
+            else:
+                rows = torch.cat([torch.arange(starts[i], starts[i + 1]) for i in members]).to(device)
+            groups.append(self._group_plan([seqs[i] for i in members], rows, device))
+        return TorchAttentionPlan(layout.write_slots().to(device), tuple(groups))
 
     def attend(
         self,
@@ -70,24 +67,40 @@ class TorchAttentionBackend(AttentionBackend):
         k_flat, v_flat = cache.layer(layer)
         k_flat.index_copy_(0, plan.write_slots, k)
         v_flat.index_copy_(0, plan.write_slots, v)
-        if plan.kv_range is not None:
-            start, end = plan.kv_range
-            keys = k_flat[start:end][None].transpose(1, 2)
-            values = v_flat[start:end][None].transpose(1, 2)
-            queries = q[None].transpose(1, 2)
-        elif plan.q_rows is None:  # one sequence: no padding, and index_select is the cheaper gather
-            keys = k_flat.index_select(0, plan.kv_index[0])[None].transpose(1, 2)
-            values = v_flat.index_select(0, plan.kv_index[0])[None].transpose(1, 2)
-            queries = q[None].transpose(1, 2)
-        else:
-            keys = k_flat[plan.kv_index].transpose(1, 2)  # [B, kv_heads, max_kv, head_dim]
-            values = v_flat[plan.kv_index].transpose(1, 2)
-            queries = q[plan.q_rows].transpose(1, 2)
-        out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=plan.mask, enable_gqa=True)
-        out = out.transpose(1, 2)  # [B, max_q, heads, head_dim]
-        if plan.out_rows is None:
-            return out[0].flatten(1)
-        return out.flatten(0, 1)[plan.out_rows].flatten(1)
+        if len(plan.groups) == 1:
+            return _attend_group(plan.groups[0], q, k_flat, v_flat)
+        out = q.new_empty(q.shape[0], q.shape[1] * q.shape[2])
+        for group in plan.groups:
+            out[group.token_rows] = _attend_group(group, q[group.token_rows], k_flat, v_flat)
+        return out
+
+    def _group_plan(
+        self, seqs: list[SequenceLayout], rows: torch.Tensor | slice, device: torch.device
+    ) -> GroupPlan:
+        masks = [self._sequence_mask(s) for s in seqs]
+        if len(seqs) == 1:
+            only = masks[0]
+            mask = None if bool(only.all()) else only[None, None].to(device)
+            slots = seqs[0].kv_slots
+            return GroupPlan(rows, slots[None].to(device), mask, None, None, _as_range(slots))
+        max_q = max(s.num_new for s in seqs)
+        max_kv = max(s.kv_len for s in seqs)
+        kv_index = torch.zeros(len(seqs), max_kv, dtype=torch.long)
+        mask_pad = torch.zeros(len(seqs), 1, max_q, max_kv, dtype=torch.bool)
+        # Padded query rows attend to slot 0 only, so that no softmax row is empty (their output is dropped).
+        mask_pad[:, :, :, 0] = True
+        q_rows = torch.zeros(len(seqs), max_q, dtype=torch.long)
+        out_rows = torch.empty(sum(s.num_new for s in seqs), dtype=torch.long)
+        start = 0
+        for b, (s, m) in enumerate(zip(seqs, masks, strict=True)):
+            n = s.num_new
+            kv_index[b, : s.kv_len] = s.kv_slots
+            mask_pad[b, 0, :n, : s.kv_len] = m
+            q_rows[b, :n] = torch.arange(start, start + n)
+            out_rows[start : start + n] = torch.arange(b * max_q, b * max_q + n)
+            start += n
+        mask = None if bool(mask_pad.all()) else mask_pad.to(device)
+        return GroupPlan(rows, kv_index.to(device), mask, q_rows.to(device), out_rows.to(device))
 
     def _causal_mask(self, n: int) -> torch.Tensor:
         mask = self._causal.get(n)
@@ -107,6 +120,37 @@ class TorchAttentionBackend(AttentionBackend):
             key_pos = torch.cat([torch.arange(s.cached_len), s.positions.cpu()])
             mask &= (s.positions.cpu()[:, None] - key_pos[None, :]) < self.sliding_window
         return mask
+
+
+def _attend_group(
+    group: GroupPlan, q: torch.Tensor, k_flat: torch.Tensor, v_flat: torch.Tensor
+) -> torch.Tensor:
+    """q: [n, heads, head_dim], the group's tokens in order -> [n, heads * head_dim]."""
+    if group.kv_range is not None:
+        start, end = group.kv_range
+        keys = k_flat[start:end][None].transpose(1, 2)
+        values = v_flat[start:end][None].transpose(1, 2)
+        queries = q[None].transpose(1, 2)
+    elif group.q_rows is None:  # one sequence: no padding, and index_select is the cheaper gather
+        keys = k_flat.index_select(0, group.kv_index[0])[None].transpose(1, 2)
+        values = v_flat.index_select(0, group.kv_index[0])[None].transpose(1, 2)
+        queries = q[None].transpose(1, 2)
+    else:
+        shape = (*group.kv_index.shape, *k_flat.shape[1:])  # [B, max_kv, kv_heads, head_dim]
+        flat_index = group.kv_index.flatten()  # index_select gathers faster than advanced indexing
+        keys = k_flat.index_select(0, flat_index).view(shape).transpose(1, 2)
+        values = v_flat.index_select(0, flat_index).view(shape).transpose(1, 2)
+        queries = q[group.q_rows].transpose(1, 2)
+    out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=group.mask, enable_gqa=True)
+    out = out.transpose(1, 2)  # [B, max_q, heads, head_dim]
+    if group.out_rows is None:
+        return out[0].flatten(1)
+    return out.flatten(0, 1)[group.out_rows].flatten(1)
+
+
+def _bucket(n: int) -> int:
+    """The power of two at or above n: sequences in one bucket pad each other at most twofold."""
+    return 1 << max(0, n - 1).bit_length()
 
 
 def _as_range(slots: torch.Tensor) -> tuple[int, int] | None:

@@ -9,6 +9,7 @@ import torch
 
 from tests.unit.model.paged import PagedDriver, Seq
 from tests.unit.model.test_forward_vs_hf import TINY, make_checkpoint, rel_err
+from treespec.shared.model.attention.layout import BatchLayout
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.loader import load_model
 
@@ -73,3 +74,27 @@ def test_tree_node_logits_equal_its_path_as_a_chain(model: CausalLM) -> None:
         chain = tree[torch.tensor(path[::-1])]
         solo = PagedDriver(model).forward([(Seq(), torch.cat([prompt, chain]), None)])[0]
         assert rel_err(tree_logits[node], solo[-1]) < 1e-5
+
+
+def test_decodes_beside_long_prefills_are_grouped_and_equal_one_at_a_time(model: CausalLM) -> None:
+    """The torch backend attends sequences in groups of similar lengths (one padded SDPA call each):
+    decodes next to long prefill chunks and a tree give what each gives alone."""
+    history = [ids(n, 20 + s) for s, n in enumerate((9, 10, 30, 5, 12, 7))]
+    new = [ids(n, 40 + s) for s, n in enumerate((1, 1, 1, 20, 3, 6))]
+    parents = [None, None, None, None, None, torch.tensor([-1, 0, 0, 1, 1, 2])]
+    alone = []
+    for h, x, p in zip(history, new, parents, strict=True):
+        driver, seq = PagedDriver(model), Seq()
+        driver.forward([(seq, h, None)])
+        alone.append(driver.forward([(seq, x, p)])[0])
+    driver = PagedDriver(model)
+    seqs = [Seq() for _ in history]
+    for seq, h in zip(seqs, history, strict=True):
+        driver.forward([(seq, h, None)])
+    items = list(zip(seqs, new, parents, strict=True))
+    layouts = [driver.layout(Seq(list(s.blocks), s.cached), len(x), p) for s, x, p in items]
+    groups = driver.backend.plan(BatchLayout(layouts), model.device).groups
+    assert len(groups) > 1 and any(g.q_rows is not None for g in groups)  # several groups, one shared
+    together = driver.forward(items)
+    for a, b in zip(together, alone, strict=True):
+        assert rel_err(a, b) < 1e-5
