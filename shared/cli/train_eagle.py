@@ -40,6 +40,19 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--data-tokens", type=int, default=100_000, help="answer tokens to generate")
     parser.add_argument("--data-batch", type=int, default=32, help="conversations generated at once")
     parser.add_argument("--answer-tokens", type=int, default=256, help="longest generated answer")
+    parser.add_argument(
+        "--data-dtype",
+        choices=["auto", "float32", "bfloat16"],
+        default="auto",
+        help="the target's dtype while it makes the data (auto: bfloat16 where the CPU has native bf16)",
+    )
+    parser.add_argument(
+        "--soft-labels",
+        type=int,
+        default=16,
+        metavar="K",
+        help="keep the target's K most likely next tokens per position and train on them (0: greedy only)",
+    )
     parser.add_argument("--steps", type=int, default=600, help="optimizer steps")
     parser.add_argument("--batch-tokens", type=int, default=4096, help="tokens per optimizer step")
     parser.add_argument("--lr", type=float, default=5e-4)
@@ -94,6 +107,8 @@ def _run(args: argparse.Namespace) -> int:
             draft_vocab=args.draft_vocab,
             data_batch=args.data_batch,
             answer_tokens=args.answer_tokens,
+            top_k=args.soft_labels,
+            data_dtype=args.data_dtype,
         )
     )
     print(json.dumps(record, indent=2))

@@ -24,10 +24,13 @@ def default_aux_layer_ids(num_layers: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class SequenceFeatures:
-    """Per position of one sequence: the features, and the target's argmax for the next token."""
+    """Per position of one sequence: the features, the target's argmax for the next token and, when
+    asked for, its `top_k` most likely next tokens with their probabilities (soft labels)."""
 
     features: torch.Tensor  # [n, spec.width]
     next_argmax: torch.Tensor  # [n] long
+    top_ids: torch.Tensor | None = None  # [n, top_k] long
+    top_probs: torch.Tensor | None = None  # [n, top_k] float
 
 
 class TargetFeatureReader:
@@ -45,7 +48,7 @@ class TargetFeatureReader:
     def max_tokens(self) -> int:
         return self.num_blocks * self.block
 
-    def read(self, sequences: list[list[int]]) -> list[SequenceFeatures]:
+    def read(self, sequences: list[list[int]], top_k: int = 0) -> list[SequenceFeatures]:
         """One ragged forward over all `sequences` (their total length must fit `max_tokens`)."""
         total = sum(-(-len(s) // self.block) * self.block for s in sequences)
         if total > self.max_tokens:
@@ -68,6 +71,8 @@ class TargetFeatureReader:
         features = self.spec.select(out.hidden, out.aux_hidden)
         argmax = out.logits.argmax(dim=-1)
         sizes = [len(s) for s in sequences]
-        return [
-            SequenceFeatures(f, a) for f, a in zip(features.split(sizes), argmax.split(sizes), strict=True)
-        ]
+        parts = [features.split(sizes), argmax.split(sizes)]
+        if top_k:
+            top = torch.softmax(out.logits.float(), dim=-1).topk(top_k, dim=-1)
+            parts += [top.indices.split(sizes), top.values.split(sizes)]
+        return [SequenceFeatures(*p) for p in zip(*parts, strict=True)]

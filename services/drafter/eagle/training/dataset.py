@@ -2,8 +2,10 @@
 
 A shard (safetensors) holds, for S sequences of N tokens in all: `input_ids` int32 [N], `offsets`
 int64 [S+1], `answer_starts` int64 [S] (sequence-relative), `features` bfloat16 [N, W] and
-`next_argmax` int32 [N] (the target's greedy next token after each position). `dataset.json` records
-the feature spec and the shards, and is rewritten after every shard, so a build can resume.
+`next_argmax` int32 [N] (the target's greedy next token after each position) and, when the manifest's
+`top_k` > 0, `top_ids` int32 [N, top_k] and `top_probs` float16 [N, top_k] (the target's most likely next
+tokens, the soft labels). `dataset.json` records the feature spec and the shards, and is rewritten after
+every shard, so a build can resume.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class Manifest:
     hidden_size: int
     aux_layer_ids: list[int]
     vocab_size: int
+    top_k: int = 0  # soft labels stored per position (0: hard labels only)
     shards: list[str] = field(default_factory=list)
     num_sequences: int = 0
     num_tokens: int = 0
@@ -56,6 +59,21 @@ class Sequence:
     features: torch.Tensor  # [n, W] (bfloat16 on disk)
     next_argmax: torch.Tensor  # [n] long
     answer_start: int
+    top_ids: torch.Tensor | None = None  # [n, top_k] long: the target's most likely next tokens
+    top_probs: torch.Tensor | None = None  # [n, top_k] float: their probabilities
+
+    def cut(self, n: int) -> Sequence:
+        """The first n positions."""
+        if self.input_ids.shape[0] <= n:
+            return self
+        return Sequence(
+            self.input_ids[:n],
+            self.features[:n],
+            self.next_argmax[:n],
+            min(self.answer_start, n),
+            None if self.top_ids is None else self.top_ids[:n],
+            None if self.top_probs is None else self.top_probs[:n],
+        )
 
 
 @dataclass
@@ -84,6 +102,9 @@ class ShardWriter:
             "features": torch.cat([f.features for f in feats]).to(torch.bfloat16).contiguous(),
             "next_argmax": torch.cat([f.next_argmax for f in feats]).to(torch.int32),
         }
+        if self.manifest.top_k:
+            tensors["top_ids"] = torch.cat([_present(f.top_ids) for f in feats]).to(torch.int32)
+            tensors["top_probs"] = torch.cat([_present(f.top_probs) for f in feats]).to(torch.float16)
         name = f"shard-{len(self.manifest.shards):05d}.safetensors"
         save_file(tensors, str(self.directory / name))
         m = self.manifest
@@ -98,10 +119,16 @@ class ShardWriter:
 def read_shard(path: Path) -> Iterator[Sequence]:
     t = load_file(str(path))
     offsets = t["offsets"].tolist()
+    top_ids, top_probs = t.get("top_ids"), t.get("top_probs")
     for i, start in enumerate(t["answer_starts"].tolist()):
         a, b = offsets[i], offsets[i + 1]
         yield Sequence(
-            t["input_ids"][a:b].long(), t["features"][a:b], t["next_argmax"][a:b].long(), int(start)
+            t["input_ids"][a:b].long(),
+            t["features"][a:b],
+            t["next_argmax"][a:b].long(),
+            int(start),
+            None if top_ids is None else top_ids[a:b].long(),
+            None if top_probs is None else top_probs[a:b].float(),
         )
 
 
@@ -110,3 +137,9 @@ def read_all(directory: Path) -> list[Sequence]:
     if manifest is None:
         raise FileNotFoundError(f"no {MANIFEST} in {directory}")
     return [s for name in manifest.shards for s in read_shard(directory / name)]
+
+
+def _present(tensor: torch.Tensor | None) -> torch.Tensor:
+    if tensor is None:
+        raise ValueError("the dataset stores soft labels, but the features came without them")
+    return tensor

@@ -39,6 +39,8 @@ class TrainEagleConfig:
     draft_vocab: int = 8192
     data_batch: int = 32
     answer_tokens: int = 256
+    top_k: int = 16  # soft labels stored per position (0: train on the greedy token only)
+    data_dtype: str = "auto"
 
 
 def run(config: TrainEagleConfig) -> dict[str, object]:
@@ -54,6 +56,8 @@ def run(config: TrainEagleConfig) -> dict[str, object]:
             spec,
             config.data_tokens,
             batch_size=config.data_batch,
+            top_k=config.top_k,
+            dtype=config.data_dtype,
             conversations=ConversationSettings(answer_tokens=config.answer_tokens),
             progress=config.train.progress,
         )

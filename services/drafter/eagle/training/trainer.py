@@ -57,7 +57,7 @@ class Trainer:
     ):
         self.head = head
         self.targets = targets
-        self.data = [_cut(s, settings.max_sequence) for s in data if s.input_ids.shape[0] >= 3]
+        self.data = [s.cut(settings.max_sequence) for s in data if s.input_ids.shape[0] >= 3]
         self.settings = settings
         params = [p for p in head.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=settings.lr, betas=(0.9, 0.95), weight_decay=0.0)
@@ -141,9 +141,7 @@ class Trainer:
         hits, counts = [0] * s.ttt_steps, [0] * s.ttt_steps
         self.head.eval()
         for seq in sequences:
-            result = unrolled_loss(
-                self.head, _cut(seq, s.max_sequence), self.targets, s.ttt_steps, s.ttt_decay
-            )
+            result = unrolled_loss(self.head, seq.cut(s.max_sequence), self.targets, s.ttt_steps, s.ttt_decay)
             for j in range(s.ttt_steps):
                 hits[j] += result.correct[j]
                 counts[j] += result.counted[j]
@@ -182,9 +180,3 @@ def split_held_out(
     train = [s for i, s in enumerate(sequences) if i % every != every - 1]
     held = [s for i, s in enumerate(sequences) if i % every == every - 1]
     return train, held
-
-
-def _cut(seq: Sequence, n: int) -> Sequence:
-    if seq.input_ids.shape[0] <= n:
-        return seq
-    return Sequence(seq.input_ids[:n], seq.features[:n], seq.next_argmax[:n], min(seq.answer_start, n))

@@ -6,10 +6,12 @@ output of step j - 1 at row i and token i + 1 + j, at position i + j; it attends
 rows <= i and to its own row's keys of steps 1..j, which is what a drafted node sees when drafting
 (the committed context and its own ancestors). Later steps weigh `decay ** j` in the loss.
 
-Every position is trained on, the prompts' too: the label is always the target's own greedy next
-token there. Losses: EAGLE-3: cross-entropy over the draft vocabulary against that token (positions
-whose token is outside it are left out). EAGLE(-2): smooth-L1 between the output and the
-target's feature of the next position, plus 0.1 x cross-entropy through the target's lm_head.
+Every position is trained on, the prompts' too: the label is the target's own next-token distribution
+there when the data holds it (its top-k tokens and probabilities: soft labels, as EAGLE-3 trains),
+else its greedy token. Losses: EAGLE-3: cross-entropy over the draft vocabulary (the soft labels
+renormalised over the tokens it holds; positions whose greedy token is outside it are left out).
+EAGLE(-2): smooth-L1 between the output and the target's feature of the next position, plus
+0.1 x cross-entropy through the target's lm_head. Accuracy always counts agreement with the greedy token.
 """
 
 from __future__ import annotations
@@ -93,7 +95,12 @@ def _step_loss(
         if not bool(keep.any()):
             return torch.zeros(()), 0, 0
         logits = head.lm_head(for_logits[keep])
-        loss = F.cross_entropy(logits, draft_labels[keep])
+        if seq.top_ids is None or seq.top_probs is None:
+            loss = F.cross_entropy(logits, draft_labels[keep])
+        else:
+            soft_ids = targets.draft_index[seq.top_ids[label_at[keep]]]  # -1: outside the draft vocabulary
+            soft_probs = seq.top_probs[label_at[keep]] * (soft_ids >= 0)
+            loss = _soft_cross_entropy(logits, soft_ids.clamp(min=0), soft_probs)
         hit = int((logits.argmax(-1) == draft_labels[keep]).sum())
         return loss, hit, int(keep.sum())
     assert targets.lm_head is not None
@@ -102,6 +109,15 @@ def _step_loss(
     feature_next = seq.features[label_at].float()
     regression = F.smooth_l1_loss(out_hidden[valid], feature_next[valid])
     logits = for_logits[valid] @ targets.lm_head.t()
-    token = F.cross_entropy(logits, labels[valid])
+    if seq.top_ids is None or seq.top_probs is None:
+        token = F.cross_entropy(logits, labels[valid])
+    else:
+        token = _soft_cross_entropy(logits, seq.top_ids[label_at[valid]], seq.top_probs[label_at[valid]])
     hit = int((logits.argmax(-1) == labels[valid]).sum())
     return regression + TOKEN_LOSS_WEIGHT_EAGLE * token, hit, int(valid.sum())
+
+
+def _soft_cross_entropy(logits: torch.Tensor, ids: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """Mean over rows of -sum_k p_k log softmax(logits)[ids_k], the p renormalised per row."""
+    weights = probs / probs.sum(-1, keepdim=True).clamp(min=1e-6)
+    return -(weights * logits.log_softmax(-1).gather(1, ids)).sum(-1).mean()

@@ -22,7 +22,7 @@ from treespec.drafter.eagle.checkpoint import TargetShape, load_head, save_head
 from treespec.drafter.eagle.drafter import EagleDrafter
 from treespec.drafter.eagle.head import EagleHead, HeadOutput
 from treespec.drafter.eagle.head_config import EagleFormat
-from treespec.drafter.eagle.training.dataset import Manifest, Sequence
+from treespec.drafter.eagle.training.dataset import Manifest, Sequence, read_all
 from treespec.drafter.eagle.training.draft_vocab import DraftVocab, choose_draft_vocab
 from treespec.drafter.eagle.training.unrolled import TrainingTargets, unrolled_loss
 from treespec.shared.cli.main import main
@@ -136,6 +136,43 @@ def test_unrolled_steps_compute_what_drafting_computes(
         torch.testing.assert_close(child_out.hidden[row], step1.hidden[i], rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(child_out.for_logits[row], step1.for_logits[i], rtol=1e-4, atol=1e-5)
         drafter.close(rid)
+
+
+def test_soft_labels_are_the_target_distribution_over_the_draft_vocabulary(tmp_path: Path) -> None:
+    """With top-k labels the EAGLE-3 loss is -sum p log q over the draft vocabulary, p renormalised
+    over the labels it holds; one-hot labels at the greedy token give the hard-label loss exactly."""
+    head = load_head(write_eagle3(tmp_path / "h", HIDDEN, VOCAB, LAYERS), _tiny_shape())
+    n, k = 12, 4
+    g = torch.Generator().manual_seed(9)
+    ids = torch.randint(3, VOCAB, (n,), generator=g)
+    features = torch.randn(n, 3 * HIDDEN, generator=g)
+    top_ids = torch.stack([torch.randperm(VOCAB, generator=g)[:k] for _ in range(n)])
+    top_probs = torch.softmax(torch.randn(n, k, generator=g), -1)
+    greedy = top_ids[:, 0]
+    draft_index = torch.arange(VOCAB)
+    outside = top_ids[:, 1].unique()  # every row's second label leaves the draft vocabulary
+    draft_index[outside[~torch.isin(outside, greedy)]] = -1
+    targets = TrainingTargets(torch.randn(VOCAB, HIDDEN, generator=g), None, draft_index)
+
+    hard = Sequence(ids, features, greedy, 3)
+    one_hot = Sequence(ids, features, greedy, 3, top_ids, torch.eye(k)[0].expand(n, k))
+    soft = Sequence(ids, features, greedy, 3, top_ids, top_probs)
+    with torch.no_grad():
+        hard_loss = unrolled_loss(head, hard, targets, 1, 0.8).loss
+        torch.testing.assert_close(unrolled_loss(head, one_hot, targets, 1, 0.8).loss, hard_loss)
+        soft_loss = unrolled_loss(head, soft, targets, 1, 0.8).loss
+        (step0,) = _unrolled_outputs(head, soft, targets, 1)
+
+    # By hand: step 0 at row i predicts the token after position i + 1.
+    rows = [i for i in range(n - 1) if draft_index[greedy[i + 1]] >= 0]
+    log_q = head.lm_head(step0.for_logits).log_softmax(-1)
+    expected = []
+    for i in rows:
+        inside = draft_index[top_ids[i + 1]] >= 0
+        p = top_probs[i + 1][inside] / top_probs[i + 1][inside].sum()
+        expected.append(-(p * log_q[i, draft_index[top_ids[i + 1][inside]]]).sum())
+    torch.testing.assert_close(soft_loss, torch.stack(expected).mean())
+    assert not torch.allclose(soft_loss, hard_loss)
 
 
 # ---- (b) the draft vocabulary ------------------------------------------------------------------
@@ -301,6 +338,12 @@ def test_train_eagle_cli_end_to_end(smol_tiny: Path, tmp_path: Path) -> None:
     # training.json records the data and the steps.
     manifest = Manifest.load(data)
     assert manifest is not None and manifest.num_answer_tokens >= 150
+    assert manifest.top_k == 16  # soft labels by default
+    (sequence, *_) = read_all(data)
+    assert sequence.top_ids is not None and sequence.top_probs is not None
+    # The greedy token is among the labels (the first one, but for ties in a random model's logits).
+    assert bool((sequence.top_ids == sequence.next_argmax[:, None]).any(-1).all())
+    assert bool((sequence.top_probs.sum(-1) <= 1.01).all()) and bool((sequence.top_probs[:, 0] > 0).all())
     assert first["format"] == "eagle3" and first["steps"] == 4 and first["resumed"] is False
     assert first["data"]["sequences"] == manifest.num_sequences > 0
     assert first["data"]["answer_tokens"] == manifest.num_answer_tokens
@@ -324,7 +367,11 @@ def test_train_eagle_cli_end_to_end(smol_tiny: Path, tmp_path: Path) -> None:
     # EAGLE(-2): the public EAGLE format (fc with bias, layers.0.*), which loads and drafts too.
     out2 = tmp_path / "eagle"
     stage2 = ["--format", "eagle", "--data-tokens", "40", "--data-batch", "4", "--steps", "2"]
-    record = _train(smol_tiny, out2, tmp_path / "data2", *stage2)
+    hard_labels = ["--soft-labels", "0", "--data-dtype", "float32"]
+    record = _train(smol_tiny, out2, tmp_path / "data2", *stage2, *hard_labels)
+    manifest2 = Manifest.load(tmp_path / "data2")
+    assert manifest2 is not None and manifest2.top_k == 0
+    assert all(s.top_ids is None for s in read_all(tmp_path / "data2"))
     assert record["format"] == "eagle" and record["steps"] == 2 and record["draft_vocab_coverage"] is None
     head2 = load_head(out2, shape)
     assert head2.config.format is EagleFormat.EAGLE and head2.config.fc_bias
