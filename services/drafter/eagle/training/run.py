@@ -92,6 +92,7 @@ def run(config: TrainEagleConfig) -> dict[str, object]:
             "sequences": manifest.num_sequences,
             "tokens": manifest.num_tokens,
             "answer_tokens": manifest.num_answer_tokens,
+            "soft_labels": manifest.top_k,
             "seconds_this_run": round(data_seconds, 1),
         },
         "draft_vocab": head.config.draft_vocab_size,

@@ -338,7 +338,7 @@ def test_train_eagle_cli_end_to_end(smol_tiny: Path, tmp_path: Path) -> None:
     # training.json records the data and the steps.
     manifest = Manifest.load(data)
     assert manifest is not None and manifest.num_answer_tokens >= 150
-    assert manifest.top_k == 16  # soft labels by default
+    assert manifest.top_k == first["data"]["soft_labels"] == 16  # soft labels by default
     (sequence, *_) = read_all(data)
     assert sequence.top_ids is not None and sequence.top_probs is not None
     # The greedy token is among the labels (the first one, but for ties in a random model's logits).
