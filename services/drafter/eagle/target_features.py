@@ -73,6 +73,7 @@ class TargetFeatureReader:
         sizes = [len(s) for s in sequences]
         parts = [features.split(sizes), argmax.split(sizes)]
         if top_k:
-            top = torch.softmax(out.logits.float(), dim=-1).topk(top_k, dim=-1)
-            parts += [top.indices.split(sizes), top.values.split(sizes)]
+            top = out.logits.topk(top_k, dim=-1)  # probabilities of the top k only, not of the vocabulary
+            probs = (top.values - out.logits.logsumexp(dim=-1, keepdim=True)).exp()
+            parts += [top.indices.split(sizes), probs.split(sizes)]
         return [SequenceFeatures(*p) for p in zip(*parts, strict=True)]

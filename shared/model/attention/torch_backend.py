@@ -7,6 +7,7 @@ per group, so that a long prefill chunk in a batch of decodes does not pad every
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 import torch.nn.functional as F
@@ -21,10 +22,10 @@ from treespec.shared.model.kv_cache import KVCache
 class GroupPlan:
     """Sequences attended in one SDPA call, padded to the group's longest query and key lengths."""
 
-    token_rows: torch.Tensor | slice  # the group's rows among the forward's T tokens
+    token_rows: torch.Tensor | slice  # the group's rows among the forward's T tokens (one sequence: a slice)
     kv_index: torch.Tensor  # [B, max_kv] flat slots to gather (padding: slot 0, masked out)
     mask: torch.Tensor | None  # [B, 1, max_q, max_kv] bool, None when every query sees every key
-    q_rows: torch.Tensor | None  # [B, max_q] row of each padded query in the group (None: one sequence)
+    q_rows: torch.Tensor | None  # [B, max_q] forward row of each padded query (None: one sequence)
     out_rows: torch.Tensor | None  # [n] padded flat row holding each of the group's token outputs
     kv_range: tuple[int, int] | None = None  # one sequence whose slots are one run: a view, no gather
 
@@ -42,18 +43,15 @@ class TorchAttentionBackend(AttentionBackend):
 
     def plan(self, layout: BatchLayout, device: torch.device) -> TorchAttentionPlan:
         seqs = layout.sequences
-        starts = torch.tensor([0] + [s.num_new for s in seqs]).cumsum(0).tolist()
+        starts = list(accumulate((s.num_new for s in seqs), initial=0))
         buckets: dict[tuple[int, int], list[int]] = {}
         for i, s in enumerate(seqs):
             buckets.setdefault((_bucket(s.num_new), _bucket(s.kv_len)), []).append(i)
-        groups = []
-        for members in buckets.values():
-            if len(buckets) == 1:
-                rows: torch.Tensor | slice = slice(None)
-            else:
-                rows = torch.cat([torch.arange(starts[i], starts[i + 1]) for i in members]).to(device)
-            groups.append(self._group_plan([seqs[i] for i in members], rows, device))
-        return TorchAttentionPlan(layout.write_slots().to(device), tuple(groups))
+        groups = tuple(
+            self._group_plan([seqs[i] for i in members], [starts[i] for i in members], device)
+            for members in buckets.values()
+        )
+        return TorchAttentionPlan(layout.write_slots().to(device), groups)
 
     def attend(
         self,
@@ -71,17 +69,17 @@ class TorchAttentionBackend(AttentionBackend):
             return _attend_group(plan.groups[0], q, k_flat, v_flat)
         out = q.new_empty(q.shape[0], q.shape[1] * q.shape[2])
         for group in plan.groups:
-            out[group.token_rows] = _attend_group(group, q[group.token_rows], k_flat, v_flat)
+            out[group.token_rows] = _attend_group(group, q, k_flat, v_flat)
         return out
 
-    def _group_plan(
-        self, seqs: list[SequenceLayout], rows: torch.Tensor | slice, device: torch.device
-    ) -> GroupPlan:
+    def _group_plan(self, seqs: list[SequenceLayout], starts: list[int], device: torch.device) -> GroupPlan:
+        """`starts`: each sequence's first row among the forward's tokens."""
         masks = [self._sequence_mask(s) for s in seqs]
         if len(seqs) == 1:
             only = masks[0]
             mask = None if bool(only.all()) else only[None, None].to(device)
             slots = seqs[0].kv_slots
+            rows = slice(starts[0], starts[0] + seqs[0].num_new)
             return GroupPlan(rows, slots[None].to(device), mask, None, None, _as_range(slots))
         max_q = max(s.num_new for s in seqs)
         max_kv = max(s.kv_len for s in seqs)
@@ -90,17 +88,17 @@ class TorchAttentionBackend(AttentionBackend):
         # Padded query rows attend to slot 0 only, so that no softmax row is empty (their output is dropped).
         mask_pad[:, :, :, 0] = True
         q_rows = torch.zeros(len(seqs), max_q, dtype=torch.long)
-        out_rows = torch.empty(sum(s.num_new for s in seqs), dtype=torch.long)
-        start = 0
-        for b, (s, m) in enumerate(zip(seqs, masks, strict=True)):
+        for b, (s, m, start) in enumerate(zip(seqs, masks, starts, strict=True)):
             n = s.num_new
             kv_index[b, : s.kv_len] = s.kv_slots
             mask_pad[b, 0, :n, : s.kv_len] = m
             q_rows[b, :n] = torch.arange(start, start + n)
-            out_rows[start : start + n] = torch.arange(b * max_q, b * max_q + n)
-            start += n
+        # The group's tokens in order: row b * max_q + j of the padded output is sequence b's token j.
+        valid = torch.arange(max_q)[None, :] < torch.tensor([s.num_new for s in seqs])[:, None]
+        token_rows = q_rows[valid].to(device)
+        out_rows = valid.flatten().nonzero().squeeze(1).to(device)
         mask = None if bool(mask_pad.all()) else mask_pad.to(device)
-        return GroupPlan(rows, kv_index.to(device), mask, q_rows.to(device), out_rows.to(device))
+        return GroupPlan(token_rows, kv_index.to(device), mask, q_rows.to(device), out_rows)
 
     def _causal_mask(self, n: int) -> torch.Tensor:
         mask = self._causal.get(n)
@@ -125,16 +123,16 @@ class TorchAttentionBackend(AttentionBackend):
 def _attend_group(
     group: GroupPlan, q: torch.Tensor, k_flat: torch.Tensor, v_flat: torch.Tensor
 ) -> torch.Tensor:
-    """q: [n, heads, head_dim], the group's tokens in order -> [n, heads * head_dim]."""
+    """q: [T, heads, head_dim], the whole forward's -> [n, heads * head_dim] for the group's tokens."""
     if group.kv_range is not None:
         start, end = group.kv_range
         keys = k_flat[start:end][None].transpose(1, 2)
         values = v_flat[start:end][None].transpose(1, 2)
-        queries = q[None].transpose(1, 2)
+        queries = q[group.token_rows][None].transpose(1, 2)  # one sequence: a slice, no copy
     elif group.q_rows is None:  # one sequence: no padding, and index_select is the cheaper gather
         keys = k_flat.index_select(0, group.kv_index[0])[None].transpose(1, 2)
         values = v_flat.index_select(0, group.kv_index[0])[None].transpose(1, 2)
-        queries = q[None].transpose(1, 2)
+        queries = q[group.token_rows][None].transpose(1, 2)
     else:
         shape = (*group.kv_index.shape, *k_flat.shape[1:])  # [B, max_kv, kv_heads, head_dim]
         flat_index = group.kv_index.flatten()  # index_select gathers faster than advanced indexing

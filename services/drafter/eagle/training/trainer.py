@@ -19,7 +19,7 @@ from tqdm import tqdm
 from treespec.drafter.eagle.checkpoint import TargetShape, load_head, save_head
 from treespec.drafter.eagle.head import EagleHead
 from treespec.drafter.eagle.training.dataset import Sequence
-from treespec.drafter.eagle.training.unrolled import TrainingTargets, unrolled_loss
+from treespec.drafter.eagle.training.unrolled import StepResult, TrainingTargets, unrolled_loss
 
 CHECKPOINT_DIR = "checkpoint"
 STATE_FILE = "trainer_state.pt"
@@ -114,9 +114,7 @@ class Trainer:
             for seq in batch:
                 result = unrolled_loss(self.head, seq, self.targets, s.ttt_steps, s.ttt_decay)
                 (result.loss * (seq.input_ids.shape[0] / size)).backward()
-                for j in range(s.ttt_steps):
-                    hits[j] += result.correct[j]
-                    counts[j] += result.counted[j]
+                _tally(result, hits, counts)
             torch.nn.utils.clip_grad_norm_(self.head.parameters(), s.grad_clip)
             self.optimizer.step()
             self.step += 1
@@ -142,9 +140,7 @@ class Trainer:
         self.head.eval()
         for seq in sequences:
             result = unrolled_loss(self.head, seq.cut(s.max_sequence), self.targets, s.ttt_steps, s.ttt_decay)
-            for j in range(s.ttt_steps):
-                hits[j] += result.correct[j]
-                counts[j] += result.counted[j]
+            _tally(result, hits, counts)
         return [h / c if c else 0.0 for h, c in zip(hits, counts, strict=True)]
 
     def _set_lr(self) -> None:
@@ -180,3 +176,10 @@ def split_held_out(
     train = [s for i, s in enumerate(sequences) if i % every != every - 1]
     held = [s for i, s in enumerate(sequences) if i % every == every - 1]
     return train, held
+
+
+def _tally(result: StepResult, hits: list[int], counts: list[int]) -> None:
+    """Add one sequence's per-step correct and counted rows."""
+    for j, (hit, count) in enumerate(zip(result.correct, result.counted, strict=True)):
+        hits[j] += hit
+        counts[j] += count
