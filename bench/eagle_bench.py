@@ -54,7 +54,7 @@ TARGETS = (
 
 @dataclass(frozen=True)
 class EagleBenchArgs(runs.BenchArgs):
-    options: dict[str, Any]  # EagleConfig fields: draft_path from --draft-path, else the shipped head
+    options: dict[str, Any]  # EagleConfig fields: draft_path (else the shipped head), level_cost
     speculation: SpeculationParams  # the EAGLE-3 tree budget (--speculative-*)
     deadline_s: float  # the co-located drafter's per-round deadline
 
@@ -64,7 +64,9 @@ class EagleBenchArgs(runs.BenchArgs):
 
     @classmethod
     def _fields(cls, ns: argparse.Namespace) -> dict[str, Any]:
-        options = {"draft_path": str(ns.draft_path)} if ns.draft_path else {}
+        options: dict[str, Any] = {"draft_path": str(ns.draft_path)} if ns.draft_path else {}
+        if ns.level_cost is not None:
+            options["level_cost"] = ns.level_cost
         budget = resolve_budget(ns, DRAFTER, {})
         spec = SpeculationParams(
             num_steps=budget.num_steps, eagle_topk=budget.eagle_topk, num_draft_tokens=budget.num_draft_tokens
@@ -72,7 +74,7 @@ class EagleBenchArgs(runs.BenchArgs):
         spec.validate()
         if ns.draft_deadline <= 0:
             raise ValueError("--draft-deadline must be positive")
-        head = EagleConfig.from_options(options).head_path(EagleFormat.EAGLE3)
+        head = EagleConfig.from_options(options).head_path(EagleFormat.EAGLE3)  # bad options fail here too
         if not (head / "config.json").is_file():  # fails here, before the model loads
             raise ValueError(f"no EAGLE-3 head in {head} (no config.json)")
         return {

@@ -7,6 +7,12 @@ import argparse
 from typing import Any
 
 EAGLE_ALGORITHMS = ("eagle", "eagle3")
+LEVEL_COST_FLAG = "--speculative-eagle-level-cost"
+LEVEL_COST_HELP = (
+    "a head step's cost in target decode steps: the tree grows another level only while the nodes it "
+    "would expand reach this total path probability (default: the head's weights per step over the "
+    "target's; 0: always --speculative-num-steps levels)"
+)
 
 
 def add_eagle_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,10 +30,17 @@ def add_eagle_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="FR-Spec for EAGLE-2 heads: a .pt list / 1-D tensor of the target ids the head may draft",
     )
+    group.add_argument(
+        LEVEL_COST_FLAG, dest="eagle_level_cost", type=float, metavar="COST", help=LEVEL_COST_HELP
+    )
 
 
 def eagle_options(ns: argparse.Namespace) -> dict[str, Any]:
-    names = {"eagle_draft_path": "draft_path", "eagle_token_map": "token_map"}
+    names = {
+        "eagle_draft_path": "draft_path",
+        "eagle_token_map": "token_map",
+        "eagle_level_cost": "level_cost",
+    }
     return {
         option: getattr(ns, flag) for flag, option in names.items() if getattr(ns, flag, None) is not None
     }

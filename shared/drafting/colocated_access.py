@@ -106,7 +106,7 @@ class ColocatedTargetAccess(TargetAccess):
                 f"shared embed {tuple(embed.shape)} / lm_head {tuple(lm_head.shape)} do not fit "
                 f"vocab {vocab}, hidden {hidden}"
             )
-        self._tensors = TargetTensors(embed, lm_head, reply.num_layers, hidden, vocab)
+        self._tensors = TargetTensors(embed, lm_head, reply.num_layers, hidden, vocab, reply.step_weights)
 
     def _view(self, view: SharedView) -> torch.Tensor:
         tensor = self._attach(view.tensor)

@@ -105,7 +105,9 @@ class ColocationServer:
                 self._target = share_target(self.model)
             ring = None if request.spec is None else self._ring_for(request.spec, request.capacity).handle
             target = self._target
-        return HandshakeReply(c.num_layers, c.hidden_size, c.vocab_size, target.embed, target.lm_head, ring)
+        return HandshakeReply(
+            c.num_layers, c.hidden_size, c.vocab_size, target.embed, target.lm_head, c.step_weights, ring
+        )
 
     # ---- internals ---------------------------------------------------------------------------------
 

@@ -103,6 +103,7 @@ class HandshakeReply:
     vocab_size: int
     embed: SharedView  # [vocab, hidden]
     lm_head: SharedView  # [hidden, vocab] (dense, for treespec.shared.model.linear.linear)
+    step_weights: int  # weights one target forward step multiplies by (ModelConfig.step_weights)
     ring: TensorHandle | None = None  # [capacity, spec.width], when a spec was asked for
 
     def to_json(self) -> dict[str, Any]:
@@ -112,6 +113,7 @@ class HandshakeReply:
             "vocab_size": self.vocab_size,
             "embed": self.embed.to_json(),
             "lm_head": self.lm_head.to_json(),
+            "step_weights": self.step_weights,
             "ring": None if self.ring is None else self.ring.to_json(),
         }
 
@@ -128,6 +130,7 @@ class HandshakeReply:
             vocab_size=int(data["vocab_size"]),
             embed=SharedView.from_json(data.get("embed")),
             lm_head=SharedView.from_json(data.get("lm_head")),
+            step_weights=int(data["step_weights"]),
             ring=None if ring is None else TensorHandle.from_json(ring),
         )
 

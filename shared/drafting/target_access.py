@@ -25,6 +25,7 @@ class TargetTensors:
     num_layers: int
     hidden_size: int
     vocab_size: int
+    step_weights: int  # weights one target forward step multiplies by (ModelConfig.step_weights)
 
 
 class TargetAccess(ABC):
@@ -46,7 +47,7 @@ class LocalTargetAccess(TargetAccess):
     def tensors(self) -> TargetTensors:
         w, c = self.model.weights, self.model.config
         embed = w.embed if w.embed is not None else w.lm_head.t()
-        return TargetTensors(embed, w.lm_head, c.num_layers, c.hidden_size, c.vocab_size)
+        return TargetTensors(embed, w.lm_head, c.num_layers, c.hidden_size, c.vocab_size, c.step_weights)
 
     def feature_ring(self, spec: FeatureSpec, capacity: int) -> FeatureRing:
         if self._ring is None or self._ring.spec != spec:

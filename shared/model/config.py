@@ -49,6 +49,15 @@ class ModelConfig:
     def kv_size(self) -> int:
         return self.num_kv_heads * self.head_dim
 
+    @property
+    def step_weights(self) -> int:
+        """Weights one forward step multiplies by (every layer's projections and the lm_head): what
+        a decode step reads, and so what it costs where decoding is bound by memory bandwidth."""
+        h = self.hidden_size
+        attention = h * (self.q_size + 2 * self.kv_size) + self.q_size * h
+        mlp = 3 * h * self.intermediate_size
+        return self.num_layers * (attention + mlp) + h * self.vocab_size
+
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> ModelConfig:
         architecture = _architecture(raw)

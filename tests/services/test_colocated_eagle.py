@@ -158,7 +158,9 @@ def _write_head(kind: str, path: Path, hot: torch.Tensor) -> dict[str, Any]:
 def test_colocated_drafter_proposes_the_in_process_trees(kind: str, tiny_path: Path, tmp_path: Path) -> None:
     local_model = load_model(tiny_path)
     plain = _plain(tiny_path, local_model)
-    options = {**_write_head(kind, tmp_path / "head", _hot_tokens(plain)), "draft_probs": True, "seed": 11}
+    # level_cost 0: every level, so that the trees compared are deep (a random head's are rarely worth it)
+    head = _write_head(kind, tmp_path / "head", _hot_tokens(plain))
+    options = {**head, "draft_probs": True, "seed": 11, "level_cost": 0.0}
 
     local = create_drafter(kind, DrafterContext(VOCAB, tiny_path, options, LocalTargetAccess(local_model)))
     want = _run(tiny_path, local_model, local)

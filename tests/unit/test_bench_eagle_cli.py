@@ -62,6 +62,8 @@ def test_flags_build_the_args(bench_defaults: tuple[Path, Path], head: Path) -> 
     )
     assert args.head_path == head
     assert _args(["--speculative-draft-model-path", str(head)]).options == {"draft_path": str(head)}
+    level = _args(["--draft-path", str(head), "--speculative-eagle-level-cost", "0"])
+    assert level.options == {"draft_path": str(head), "level_cost": 0.0}
 
 
 def test_defaults_are_the_shipped_head_and_sglangs_budget(
@@ -79,6 +81,7 @@ def test_defaults_are_the_shipped_head_and_sglangs_budget(
     [
         ["--speculative-num-draft-tokens", "0"],
         ["--draft-deadline", "0"],
+        ["--speculative-eagle-level-cost", "1.5"],
         ["--draft-path", "/nonexistent/head"],
     ],
 )

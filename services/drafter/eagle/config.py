@@ -25,12 +25,19 @@ class EagleConfig:
     # Leave out nodes whose draft path probability is lower: each costs a verify row (and a head row
     # when expanded) for little chance of acceptance. 0 keeps SGLang's fixed-size trees.
     min_path_prob: float = 0.0
+    # A head step's cost in target decode steps. The tree grows another level only while the total
+    # path probability of the nodes it would expand (the most that level can add to the accepted
+    # length) reaches this cost. None: the weights a head step multiplies by over the target's (both
+    # steps are bound by reading their weights); 0: always `num_steps` levels, as SGLang does.
+    level_cost: float | None = None
 
     def __post_init__(self) -> None:
         if self.ring_capacity < 64:
             raise ValueError("ring_capacity must be at least 64")
         if not 0.0 <= self.min_path_prob < 1.0:
             raise ValueError("min_path_prob must lie in [0, 1)")
+        if self.level_cost is not None and not 0.0 <= self.level_cost < 1.0:
+            raise ValueError("level_cost must lie in [0, 1)")
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> EagleConfig:

@@ -58,6 +58,18 @@ class EagleDrafter(Drafter):
         if config.token_map and not head.config.is_eagle3:
             hot = load_token_map(config.token_map, target.vocab_size)
             self._vocab_ids, self._lm_head = hot, restricted_lm_head(target.embed, hot)
+        self.level_cost = self._level_cost()
+
+    def _level_cost(self) -> float:
+        """config.level_cost, or a head step's weights (with the rows of the target's lm_head an EAGLE-2
+        head reads) over a target step's."""
+        if self.config.level_cost is not None:
+            return self.config.level_cost
+        weights = self.head.step_weights()
+        if not self.head.config.is_eagle3:
+            rows = self.target.vocab_size if self._vocab_ids is None else int(self._vocab_ids.shape[0])
+            weights += rows * self.target.hidden_size
+        return weights / self.target.step_weights
 
     @classmethod
     def create(cls, context: DrafterContext) -> EagleDrafter:
@@ -160,7 +172,8 @@ class EagleDrafter(Drafter):
             state.last_logprobs = lp
 
     def _grow(self, items: list[tuple[SearchTree, DraftState]]) -> None:
-        """Levels 2..num_steps: expand the best `topk` nodes of the last level of every tree at once."""
+        """Levels 2..num_steps: expand the best `topk` nodes of the last level of every tree at once,
+        while those nodes' path probability is worth a head step (`level_cost`)."""
         frontier = {id(t): t.best(list(range(1, len(t.tokens))), t.budget.topk) for t, _ in items}
         expanded_k: dict[int, list[torch.Tensor]] = {id(t): [] for t, _ in items}
         expanded_v: dict[int, list[torch.Tensor]] = {id(t): [] for t, _ in items}
@@ -168,7 +181,13 @@ class EagleDrafter(Drafter):
         node_hidden: dict[tuple[int, int], torch.Tensor] = {}
         level = 1
         while True:
-            active = [(t, s) for t, s in items if level < t.budget.num_steps and frontier[id(t)]]
+            active = [
+                (t, s)
+                for t, s in items
+                if level < t.budget.num_steps
+                and frontier[id(t)]
+                and t.mass(frontier[id(t)]) >= self.level_cost
+            ]
             if not active:
                 return
             ids, hidden, positions, groups, owners = [], [], [], [], []

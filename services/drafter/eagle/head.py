@@ -127,6 +127,14 @@ class EagleHead(nn.Module):
         self.rope = RopeTables(self.rope.cos.to(device), self.rope.sin.to(device))
         return self
 
+    def step_weights(self) -> int:
+        """Weights one drafting step (a tree level) multiplies by, besides an EAGLE-2 head's borrowed
+        lm_head: the layer's projections; EAGLE-3's own lm_head (its fc reads only target features,
+        at catch-up); EAGLE-2's fc (every step)."""
+        matmuls = [m for m in self.layer.modules() if isinstance(m, nn.Linear)]
+        matmuls.append(self.lm_head if self.config.is_eagle3 else self.fc)
+        return sum(m.weight.numel() for m in matmuls)
+
     def draft_to_target(self) -> torch.Tensor:
         """Target id of every draft id (EAGLE-3: draft id + d2t[draft id])."""
         d2t = self.get_buffer("d2t")

@@ -57,6 +57,10 @@ class SearchTree:
         likely = [i for i in nodes if self.scores[i] >= floor]
         return sorted(likely, key=lambda i: (-self.scores[i], i))[:n]
 
+    def mass(self, nodes: list[int]) -> float:
+        """The nodes' total path probability: the most their children can add to the accepted length."""
+        return sum(math.exp(self.scores[i]) for i in nodes)
+
     def kept(self) -> list[int]:
         """The best `num_draft_tokens - 1` drafted nodes, in creation order (parents first)."""
         drafted = list(range(1, len(self.tokens)))

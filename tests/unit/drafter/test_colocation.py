@@ -58,6 +58,7 @@ def test_drafter_gets_the_targets_tensors_and_the_verifier_keeps_one_copy(
     packed_head = model.weights.lm_head
     tensors = ColocatedTargetAccess(server.path).tensors()
     assert (tensors.num_layers, tensors.hidden_size, tensors.vocab_size) == (3, HIDDEN, 97)
+    assert tensors.step_weights == model.config.step_weights  # a drafter weighs its steps against it
     assert model.weights.embed is not None and torch.equal(tensors.embed, model.weights.embed)
     assert torch.equal(tensors.lm_head, packed_head.to_dense().t())  # dense [hidden, vocab]
     tensors.embed[5, 0] = 123.0  # the verifier's embedding now is the shared one

@@ -10,6 +10,7 @@ import torch
 import transformers
 
 from tests.unit.model.paged import PagedDriver, Seq
+from treespec.shared.model.config import ModelConfig
 from treespec.shared.model.loader import load_model
 
 TINY: dict[str, Any] = dict(
@@ -102,3 +103,10 @@ def test_hidden_capture_matches_hf_hidden_states(tmp_path: Path) -> None:
     assert rel_err(res.aux_hidden, want_aux) < 1e-5
     # HF's last hidden state is after the final norm.
     assert rel_err(res.hidden, out.hidden_states[-1][0, rows]) < 1e-4
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_step_weights_count_every_matmul_weight_of_the_hf_model(tmp_path: Path, family: str) -> None:
+    hf = make_checkpoint(tmp_path, family)
+    matmuls = [m for m in hf.modules() if isinstance(m, torch.nn.Linear)]  # projections and lm_head
+    assert ModelConfig.from_dir(tmp_path).step_weights == sum(m.weight.numel() for m in matmuls)

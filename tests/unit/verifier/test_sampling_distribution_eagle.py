@@ -66,7 +66,8 @@ def write_head(path: Path, tiny: Tiny) -> Path:
 def test_first_three_tokens_follow_the_target_with_eagle_drafts(tiny: Tiny, tmp_path: Path) -> None:
     head = write_head(tmp_path / "head", tiny)
     model = load_model(tiny.path)
-    options = {"draft_path": str(head), "draft_probs": True, "seed": 3}
+    # level_cost 0: every level (a random head's are rarely worth one), so that deep nodes are sampled too
+    options = {"draft_path": str(head), "draft_probs": True, "seed": 3, "level_cost": 0.0}
     drafter = create_drafter("eagle3", DrafterContext(VOCAB, tiny.path, options, LocalTargetAccess(model)))
     assert isinstance(drafter, Eagle3Drafter) and drafter.head.config.draft_vocab_size == DRAFT_VOCAB
     engine = Engine(

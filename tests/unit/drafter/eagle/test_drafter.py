@@ -3,15 +3,20 @@ output equals plain decoding, every tree respects its budget, draft probabilitie
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from tests.unit.drafter.eagle.public_checkpoints import write_eagle, write_eagle3
 from treespec.drafter.eagle.drafter import EagleDrafter
+from treespec.drafter.eagle.tree_search import SearchTree
 from treespec.kernels.tree_mask import tree_depths, validate_tree
+from treespec.shared.cli.main import build_parser
+from treespec.shared.cli.plugin_flags import plugin_options
 from treespec.shared.drafting.drafter import DrafterContext, DraftQuery
 from treespec.shared.drafting.registry import create_drafter
 from treespec.shared.drafting.target_access import LocalTargetAccess
@@ -40,7 +45,10 @@ def heads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def make_drafter(name: str, head: Path, model: CausalLM, path: Path, **options: Any) -> EagleDrafter:
-    context = DrafterContext(VOCAB, path, {"draft_path": str(head), **options}, LocalTargetAccess(model))
+    """level_cost 0 unless given: a random head's flat distributions would rarely be worth a second
+    level against the tiny target, and these tests are about deep trees."""
+    options = {"draft_path": str(head), "level_cost": 0.0, **options}
+    context = DrafterContext(VOCAB, path, options, LocalTargetAccess(model))
     drafter = create_drafter(name, context)
     assert isinstance(drafter, EagleDrafter)
     return drafter
@@ -132,17 +140,24 @@ def test_trees_respect_every_budget(
     assert checked > 50
 
 
+def _grown_request(
+    drafter: EagleDrafter, tiny_path: Path, tiny_model: CausalLM, prompt_name: str = "p3"
+) -> None:
+    """Request "r" decoded a few tokens through the engine, so that the drafter holds its features."""
+    engine = _engine(tiny_path, tiny_model, drafter)
+    prompt = _prompts()[prompt_name]
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=20, ignore_eos=True)
+    engine.add_request(GenerationRequest("r", prompt, sampling, PLAIN))
+    while "r" not in drafter._requests or len(drafter._requests["r"].tokens) < len(prompt) + 4:
+        engine.step()
+
+
 def test_draft_probabilities_are_a_distribution_per_parent(
     heads: dict[str, Path], tiny_path: Path, tiny_model: CausalLM
 ) -> None:
     drafter = make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path)
     no_probs = make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path, draft_probs=False)
-    engine = _engine(tiny_path, tiny_model, drafter)
-    prompt = _prompts()["p2"]
-    sampling = SamplingParams(temperature=0.0, max_new_tokens=20, ignore_eos=True)
-    engine.add_request(GenerationRequest("r", prompt, sampling, PLAIN))
-    while "r" not in drafter._requests or len(drafter._requests["r"].tokens) < len(prompt) + 4:
-        engine.step()
+    _grown_request(drafter, tiny_path, tiny_model, "p2")
     no_probs._requests["r"] = drafter._requests["r"]
     budget = TreeBudget(10, 3, 4)
     (tree,) = drafter.propose([DraftQuery("r", budget)])
@@ -183,12 +198,7 @@ def test_unlikely_nodes_are_left_out(heads: dict[str, Path], tiny_path: Path, ti
         p: make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path, min_path_prob=p)
         for p in (0.0, 0.05, 0.999999)
     }
-    engine = _engine(tiny_path, tiny_model, drafters[0.0])
-    prompt = _prompts()["p3"]
-    sampling = SamplingParams(temperature=0.0, max_new_tokens=20, ignore_eos=True)
-    engine.add_request(GenerationRequest("r", prompt, sampling, PLAIN))
-    while "r" not in drafters[0.0]._requests or len(drafters[0.0]._requests["r"].tokens) < len(prompt) + 4:
-        engine.step()
+    _grown_request(drafters[0.0], tiny_path, tiny_model)
     sizes = {}
     for p, drafter in drafters.items():
         drafter._requests["r"] = drafters[0.0]._requests["r"]
@@ -197,3 +207,62 @@ def test_unlikely_nodes_are_left_out(heads: dict[str, Path], tiny_path: Path, ti
     assert sizes[0.0] == 12 and sizes[0.05] <= 12 and sizes[0.999999] == 0
     with pytest.raises(ValueError, match="min_path_prob"):
         make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path, min_path_prob=1.5)
+
+
+@pytest.mark.parametrize("name", ["eagle", "eagle3"])
+def test_the_default_level_cost_weighs_a_head_step_against_a_target_step(
+    name: str, heads: dict[str, Path], tiny_path: Path, tiny_model: CausalLM
+) -> None:
+    drafter = make_drafter(name, heads[name], tiny_model, tiny_path, level_cost=None)
+    head, c = drafter.head, tiny_model.config
+    layer = [m for m in head.layer.modules() if isinstance(m, torch.nn.Linear)]
+    per_level = sum(m.weight.numel() for m in layer)
+    if name == "eagle3":  # its own lm_head; the fc reads target features only at catch-up
+        per_level += head.lm_head.weight.numel()
+    else:  # the fc every level, and the target's lm_head
+        per_level += head.fc.weight.numel() + c.vocab_size * c.hidden_size
+    assert drafter.level_cost == pytest.approx(per_level / c.step_weights)
+    assert make_drafter(name, heads[name], tiny_model, tiny_path, level_cost=0.25).level_cost == 0.25
+    with pytest.raises(ValueError, match="level_cost"):
+        make_drafter(name, heads[name], tiny_model, tiny_path, level_cost=1.0)
+
+
+def test_a_level_grows_only_while_its_nodes_are_worth_a_head_step(
+    heads: dict[str, Path], tiny_path: Path, tiny_model: CausalLM
+) -> None:
+    drafters = {
+        cost: make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path, level_cost=cost)
+        for cost in (0.0, 0.999)
+    }
+    _grown_request(drafters[0.0], tiny_path, tiny_model)
+    drafters[0.999]._requests["r"] = drafters[0.0]._requests["r"]
+    budget = TreeBudget(12, 4, 3)
+    depths = {}
+    for cost, drafter in drafters.items():
+        (tree,) = drafter.propose([DraftQuery("r", budget)])
+        assert tree is not None
+        depths[cost] = int(tree_depths(tree.parents).max())
+    # A random head's top-3 are far from a path probability of 0.999: only the root's children.
+    assert depths == {0.0: 4, 0.999: 1}
+    # Between the two: a level is grown exactly when the nodes it expands reach the cost.
+    state = drafters[0.0]._requests["r"]
+    search = SearchTree(state.tokens[-1], budget)
+    assert state.last_logprobs is not None
+    first = search.add_children(0, state.last_logprobs, drafters[0.0]._vocab_ids)
+    mass = search.mass(search.best(first, budget.topk))
+    assert mass == pytest.approx(sum(math.exp(search.scores[i]) for i in first))
+    for cost, depth in ((mass * 0.99, 2), (mass * 1.01, 1)):
+        drafter = make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path, level_cost=cost)
+        drafter._requests["r"] = state
+        (tree,) = drafter.propose([DraftQuery("r", budget)])
+        assert tree is not None and int(tree_depths(tree.parents).max()) >= depth
+        if depth == 1:
+            assert int(tree_depths(tree.parents).max()) == 1
+
+
+def test_the_level_cost_flag_becomes_the_option_of_eagle_drafters_only() -> None:
+    for command in (["serve"], ["verifier"], ["drafter", "--kind", "eagle3", "--vocab-size", "97"]):
+        ns = build_parser().parse_args([*command, "--speculative-eagle-level-cost", "0.1"])
+        assert plugin_options(ns, "EAGLE3") == plugin_options(ns, "eagle") == {"level_cost": 0.1}
+        assert plugin_options(ns, "NGRAM") == {}
+        assert plugin_options(build_parser().parse_args(command), "EAGLE3") == {}
