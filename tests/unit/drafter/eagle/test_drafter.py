@@ -78,11 +78,32 @@ def reference(tiny_path: Path, tiny_model: CausalLM) -> dict[str, list[int]]:
     return {rid: r.token_ids for rid, r in results.items()}
 
 
+# About the median path probability of the frontiers these random heads expand: some levels are worth
+# growing, some not.
+MIXED_LEVEL_COST = {"eagle": 0.08, "eagle3": 0.6}
+
+
+@pytest.mark.parametrize("mixed", [False, True], ids=["every-level", "levels-worth-a-step"])
 @pytest.mark.parametrize("name", ["eagle", "eagle3"])
 def test_greedy_output_equals_plain_decoding(
-    name: str, heads: dict[str, Path], tiny_path: Path, tiny_model: CausalLM, reference: dict[str, list[int]]
+    name: str,
+    mixed: bool,
+    heads: dict[str, Path],
+    tiny_path: Path,
+    tiny_model: CausalLM,
+    reference: dict[str, list[int]],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    drafter = make_drafter(name, heads[name], tiny_model, tiny_path)
+    level_cost = MIXED_LEVEL_COST[name] if mixed else 0.0
+    drafter = make_drafter(name, heads[name], tiny_model, tiny_path, level_cost=level_cost)
+    masses: list[float] = []
+    mass = SearchTree.mass
+
+    def recorded(tree: SearchTree, nodes: list[int]) -> float:
+        masses.append(mass(tree, nodes))
+        return masses[-1]
+
+    monkeypatch.setattr(SearchTree, "mass", recorded)
     budgets = [EAGLE, SpeculationParams(num_draft_tokens=4, num_steps=2, eagle_topk=2), EAGLE, PLAIN, EAGLE]
     # A small prefill chunk: prompts arrive over several steps, their features held until the last.
     engine = _engine(tiny_path, tiny_model, drafter, chunk=8)
@@ -90,6 +111,8 @@ def test_greedy_output_equals_plain_decoding(
     assert {rid: r.token_ids for rid, r in results.items()} == reference
     assert engine.stats.drafted_tokens > 0
     assert engine.num_free_blocks == engine.allocator.num_blocks
+    if mixed:  # trees of one batch grown to different depths
+        assert min(masses) < level_cost <= max(masses)
 
 
 def _check_tree(tree: TokenTree, root: int, budget: TreeBudget) -> None:
