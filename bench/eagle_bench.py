@@ -32,6 +32,7 @@ from treespec.bench.throughput import Tally, Throughput
 from treespec.drafter.eagle.config import EagleConfig
 from treespec.drafter.eagle.head_config import EagleFormat
 from treespec.drafter.ngram.config import NgramConfig
+from treespec.shared.cli.eagle_flags import tree_options
 from treespec.shared.cli.speculation_flags import resolve_budget
 from treespec.shared.drafting.drafter import Drafter, DrafterContext
 from treespec.shared.drafting.registry import create_drafter
@@ -54,7 +55,7 @@ TARGETS = (
 
 @dataclass(frozen=True)
 class EagleBenchArgs(runs.BenchArgs):
-    options: dict[str, Any]  # EagleConfig fields: draft_path (else the shipped head), level_cost
+    options: dict[str, Any]  # EagleConfig fields: draft_path (else the shipped head), the tree flags
     speculation: SpeculationParams  # the EAGLE-3 tree budget (--speculative-*)
     deadline_s: float  # the co-located drafter's per-round deadline
 
@@ -64,9 +65,8 @@ class EagleBenchArgs(runs.BenchArgs):
 
     @classmethod
     def _fields(cls, ns: argparse.Namespace) -> dict[str, Any]:
-        options: dict[str, Any] = {"draft_path": str(ns.draft_path)} if ns.draft_path else {}
-        if ns.level_cost is not None:
-            options["level_cost"] = ns.level_cost
+        options = {"draft_path": str(ns.draft_path)} if ns.draft_path else {}
+        options.update(tree_options(ns))
         budget = resolve_budget(ns, DRAFTER, {})
         spec = SpeculationParams(
             num_steps=budget.num_steps, eagle_topk=budget.eagle_topk, num_draft_tokens=budget.num_draft_tokens

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from treespec.shared.cli.eagle_flags import LEVEL_COST_FLAG, LEVEL_COST_HELP
+from treespec.shared.cli.eagle_flags import add_tree_arguments
 from treespec.shared.cli.speculation_flags import add_budget_arguments
 
 # `bench eagle`: the co-located drafter's deadline per round; generous, so that a loaded machine never
@@ -84,7 +84,7 @@ def _eagle_arguments(parser: argparse.ArgumentParser) -> None:
         help="the EAGLE-3 head's folder (default: the head shipped for the bundled SmolLM2-135M-Instruct)",
     )
     add_budget_arguments(parser)
-    parser.add_argument(LEVEL_COST_FLAG, dest="level_cost", type=float, metavar="COST", help=LEVEL_COST_HELP)
+    add_tree_arguments(parser)
     parser.add_argument(
         "--draft-deadline",
         type=float,

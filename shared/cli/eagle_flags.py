@@ -7,12 +7,20 @@ import argparse
 from typing import Any
 
 EAGLE_ALGORITHMS = ("eagle", "eagle3")
-LEVEL_COST_FLAG = "--speculative-eagle-level-cost"
-LEVEL_COST_HELP = (
-    "a head step's cost in target decode steps: the tree grows another level only while the nodes it "
-    "would expand reach this total path probability (default: the head's weights per step over the "
-    "target's; 0: always --speculative-num-steps levels)"
-)
+# How the trees are shaped (treespec's own, beside SGLang's budget flags): flag -> (option, help).
+_TREE_FLAGS = {
+    "--speculative-eagle-level-cost": (
+        "level_cost",
+        "a head step's cost in target decode steps: the tree grows another level only while the nodes "
+        "it would expand reach this total path probability (default: the head's weights per step over "
+        "the target's; 0: always --speculative-num-steps levels)",
+    ),
+    "--speculative-eagle-min-path-prob": (
+        "min_path_prob",
+        "leave out draft nodes whose draft path probability is lower: each costs a verify row "
+        "(default: 0, SGLang's fixed-size trees)",
+    ),
+}
 
 
 def add_eagle_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,17 +38,21 @@ def add_eagle_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="FR-Spec for EAGLE-2 heads: a .pt list / 1-D tensor of the target ids the head may draft",
     )
-    group.add_argument(
-        LEVEL_COST_FLAG, dest="eagle_level_cost", type=float, metavar="COST", help=LEVEL_COST_HELP
-    )
+    add_tree_arguments(group)
+
+
+def add_tree_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    for flag, (option, text) in _TREE_FLAGS.items():
+        parser.add_argument(flag, dest=f"eagle_{option}", type=float, metavar="P", help=text)
+
+
+def tree_options(ns: argparse.Namespace) -> dict[str, Any]:
+    """The tree-shaping options given (add_tree_arguments)."""
+    options = (option for option, _ in _TREE_FLAGS.values())
+    return {o: getattr(ns, f"eagle_{o}") for o in options if getattr(ns, f"eagle_{o}", None) is not None}
 
 
 def eagle_options(ns: argparse.Namespace) -> dict[str, Any]:
-    names = {
-        "eagle_draft_path": "draft_path",
-        "eagle_token_map": "token_map",
-        "eagle_level_cost": "level_cost",
-    }
-    return {
-        option: getattr(ns, flag) for flag, option in names.items() if getattr(ns, flag, None) is not None
-    }
+    names = {"eagle_draft_path": "draft_path", "eagle_token_map": "token_map"}
+    given = {o: getattr(ns, flag) for flag, o in names.items() if getattr(ns, flag, None) is not None}
+    return {**given, **tree_options(ns)}

@@ -62,8 +62,12 @@ def test_flags_build_the_args(bench_defaults: tuple[Path, Path], head: Path) -> 
     )
     assert args.head_path == head
     assert _args(["--speculative-draft-model-path", str(head)]).options == {"draft_path": str(head)}
-    level = _args(["--draft-path", str(head), "--speculative-eagle-level-cost", "0"])
-    assert level.options == {"draft_path": str(head), "level_cost": 0.0}
+    tree = ["--speculative-eagle-level-cost", "0", "--speculative-eagle-min-path-prob", "0.03"]
+    assert _args(["--draft-path", str(head), *tree]).options == {
+        "draft_path": str(head),
+        "level_cost": 0.0,
+        "min_path_prob": 0.03,
+    }
 
 
 def test_defaults_are_the_shipped_head_and_sglangs_budget(
@@ -82,6 +86,7 @@ def test_defaults_are_the_shipped_head_and_sglangs_budget(
         ["--speculative-num-draft-tokens", "0"],
         ["--draft-deadline", "0"],
         ["--speculative-eagle-level-cost", "1.5"],
+        ["--speculative-eagle-min-path-prob", "-0.1"],
         ["--draft-path", "/nonexistent/head"],
     ],
 )

@@ -283,9 +283,11 @@ def test_a_level_grows_only_while_its_nodes_are_worth_a_head_step(
             assert int(tree_depths(tree.parents).max()) == 1
 
 
-def test_the_level_cost_flag_becomes_the_option_of_eagle_drafters_only() -> None:
+def test_the_tree_flags_become_options_of_eagle_drafters_only() -> None:
+    tree = ["--speculative-eagle-level-cost", "0.1", "--speculative-eagle-min-path-prob", "0.02"]
     for command in (["serve"], ["verifier"], ["drafter", "--kind", "eagle3", "--vocab-size", "97"]):
-        ns = build_parser().parse_args([*command, "--speculative-eagle-level-cost", "0.1"])
-        assert plugin_options(ns, "EAGLE3") == plugin_options(ns, "eagle") == {"level_cost": 0.1}
+        ns = build_parser().parse_args([*command, *tree])
+        want = {"level_cost": 0.1, "min_path_prob": 0.02}
+        assert plugin_options(ns, "EAGLE3") == plugin_options(ns, "eagle") == want
         assert plugin_options(ns, "NGRAM") == {}
         assert plugin_options(build_parser().parse_args(command), "EAGLE3") == {}
