@@ -95,12 +95,7 @@ def _step_loss(
         if not bool(keep.any()):
             return torch.zeros(()), 0, 0
         logits = head.lm_head(for_logits[keep])
-        if seq.top_ids is None or seq.top_probs is None:
-            loss = F.cross_entropy(logits, draft_labels[keep])
-        else:
-            soft_ids = targets.draft_index[seq.top_ids[label_at[keep]]]  # -1: outside the draft vocabulary
-            soft_probs = seq.top_probs[label_at[keep]] * (soft_ids >= 0)
-            loss = _soft_cross_entropy(logits, soft_ids.clamp(min=0), soft_probs)
+        loss = _token_loss(logits, seq, label_at[keep], draft_labels[keep], targets.draft_index)
         hit = int((logits.argmax(-1) == draft_labels[keep]).sum())
         return loss, hit, int(keep.sum())
     assert targets.lm_head is not None
@@ -109,12 +104,28 @@ def _step_loss(
     feature_next = seq.features[label_at].float()
     regression = F.smooth_l1_loss(out_hidden[valid], feature_next[valid])
     logits = for_logits[valid] @ targets.lm_head.t()
-    if seq.top_ids is None or seq.top_probs is None:
-        token = F.cross_entropy(logits, labels[valid])
-    else:
-        token = _soft_cross_entropy(logits, seq.top_ids[label_at[valid]], seq.top_probs[label_at[valid]])
+    token = _token_loss(logits, seq, label_at[valid], labels[valid])
     hit = int((logits.argmax(-1) == labels[valid]).sum())
     return regression + TOKEN_LOSS_WEIGHT_EAGLE * token, hit, int(valid.sum())
+
+
+def _token_loss(
+    logits: torch.Tensor,
+    seq: Sequence,
+    rows: torch.Tensor,
+    hard_labels: torch.Tensor,
+    column_of: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Cross-entropy against the soft labels of positions `rows` when the data holds them, else against
+    `hard_labels` (columns). `column_of` maps target ids to logit columns (-1: none; the soft labels
+    outside are dropped); None: the columns are target ids."""
+    if seq.top_ids is None or seq.top_probs is None:
+        return F.cross_entropy(logits, hard_labels)
+    ids, probs = seq.top_ids[rows], seq.top_probs[rows]
+    if column_of is not None:
+        ids = column_of[ids]
+        probs = probs * (ids >= 0)
+    return _soft_cross_entropy(logits, ids.clamp(min=0), probs)
 
 
 def _soft_cross_entropy(logits: torch.Tensor, ids: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
