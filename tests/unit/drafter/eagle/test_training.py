@@ -382,3 +382,30 @@ def test_train_eagle_cli_end_to_end(smol_tiny: Path, tmp_path: Path) -> None:
     )
     assert set(_tensor_names(out2)) == EAGLE_TENSORS == set(_tensor_names(public2).keys())
     _greedy_equals_plain(smol_tiny, model, "eagle", out2)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--soft-labels", "-1"),
+        ("--data-tokens", "0"),
+        ("--data-batch", "0"),
+        ("--steps", "-3"),
+        ("--ttt-steps", "0"),
+        ("--draft-vocab", "0"),
+        ("--lr", "0"),
+        ("--lr", "nan"),
+        ("--threads", "two"),
+    ],
+)
+def test_train_eagle_refuses_bad_numbers_at_the_flag(
+    flag: str, value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Out-of-range values exit 2 with the flag's name, before any model or data is touched."""
+    output, data = tmp_path / "head", tmp_path / "data"
+    argv = ["train-eagle", "--target", str(tmp_path / "no-model"), "--output", str(output)]
+    with pytest.raises(SystemExit) as info:
+        main([*argv, "--data-dir", str(data), flag, value])
+    assert info.value.code == 2
+    assert flag in capsys.readouterr().err
+    assert not output.exists() and not data.exists()

@@ -1,0 +1,30 @@
+"""Argument types that refuse out-of-range numbers at the flag (argparse exits 2 with the flag's name)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:  # also refuses NaN
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
