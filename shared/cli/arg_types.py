@@ -20,6 +20,14 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def positive_int(text: str) -> int:
+    return int_at_least(1)(text)
+
+
+def non_negative_int(text: str) -> int:
+    return int_at_least(0)(text)
+
+
 def positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -27,4 +35,12 @@ def positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not value > 0:  # also refuses NaN
         raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def port(text: str) -> int:
+    """A TCP port; 0 asks the system for a free one."""
+    value = int_at_least(0)(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"a port lies in 0..65535, got {value}")
     return value

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from treespec.shared.cli.arg_types import positive_float, positive_int
 from treespec.shared.cli.eagle_flags import add_tree_arguments
 from treespec.shared.cli.speculation_flags import add_budget_arguments
 
@@ -42,8 +43,10 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
         "--prompts", help="Spec-Bench style JSONL (default: ../shared/bench/spec_bench_dev.jsonl)"
     )
     parser.add_argument("--quick", action="store_true", help="2 prompts per category")
-    parser.add_argument("--per-category", type=int, default=None, help="prompts per category (default: all)")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument(
+        "--per-category", type=positive_int, default=None, help="prompts per category (default: all)"
+    )
+    parser.add_argument("--max-new-tokens", type=positive_int, default=128)
     parser.add_argument("--json", help="write the figures to this JSON file")
 
 
@@ -52,12 +55,14 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--speculative-algorithm", default="RANDOM", help="drafter for both paths (NONE: plain)"
     )
-    parser.add_argument("--concurrency", type=int, default=8, help="concurrent streams in the second phase")
+    parser.add_argument(
+        "--concurrency", type=positive_int, default=8, help="concurrent streams in the second phase"
+    )
 
 
 def _engine_arguments(parser: argparse.ArgumentParser) -> None:
     _common_arguments(parser)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
 
 
 def _ngram_arguments(parser: argparse.ArgumentParser) -> None:
@@ -87,7 +92,7 @@ def _eagle_arguments(parser: argparse.ArgumentParser) -> None:
     add_tree_arguments(parser)
     parser.add_argument(
         "--draft-deadline",
-        type=float,
+        type=positive_float,
         default=DEFAULT_DRAFT_DEADLINE_S,
         metavar="SECONDS",
         help="the co-located drafter's deadline per draft round (default: %(default)s)",

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from treespec.shared.cli.arg_types import port, positive_int
 from treespec.shared.cli.plugin_flags import add_plugin_arguments, plugin_options
 
 DEFAULT_PORT = 50061
@@ -23,10 +24,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--kind", required=True, help="drafter name (random, oracle, ...) or module:Class")
     vocab = parser.add_mutually_exclusive_group(required=True)
     vocab.add_argument("--model-path", type=Path, metavar="DIR", help="the target model's folder")
-    vocab.add_argument("--vocab-size", type=int, metavar="N", help="the target's vocabulary size")
+    vocab.add_argument("--vocab-size", type=positive_int, metavar="N", help="the target's vocabulary size")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     parser.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help="0: any free port (default: %(default)s)"
+        "--port", type=port, default=DEFAULT_PORT, help="0: any free port (default: %(default)s)"
     )
     parser.add_argument(
         "--option",

@@ -6,6 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
+from treespec.shared.cli.arg_types import port, positive_int
 from treespec.shared.model.store import models_dir, resolve_model_path
 
 
@@ -27,12 +28,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "(default: the bundled SmolLM2-135M-Instruct)",
     )
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000, help="HTTP port (0: a free one, printed in the log)")
+    p.add_argument("--port", type=port, default=8000, help="HTTP port (0: a free one, printed in the log)")
     p.add_argument("--served-model-name", default=None, help="model name clients use (default: folder name)")
     p.add_argument(
         "--api-key", action="append", default=[], help="accepted API key (repeatable; default: no auth)"
     )
-    p.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body accepted")
+    p.add_argument(
+        "--max-body-bytes", type=positive_int, default=1 << 20, help="largest request body accepted"
+    )
     p.set_defaults(handler=_run)
 
 

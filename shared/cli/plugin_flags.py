@@ -21,3 +21,16 @@ def plugin_options(ns: argparse.Namespace, algorithm: str | None) -> dict[str, A
     if name in EAGLE_ALGORITHMS:
         return eagle_options(ns)
     return {}
+
+
+def check_plugin_options(algorithm: str | None, options: dict[str, Any]) -> None:
+    """Raise ValueError for options the algorithm's drafter would refuse, before anything starts."""
+    name = (algorithm or "").lower()
+    if name == "ngram":
+        from treespec.drafter.ngram.config import NgramConfig
+
+        NgramConfig.from_options(options)
+    elif name in EAGLE_ALGORITHMS:
+        from treespec.drafter.eagle.config import EagleConfig
+
+        EagleConfig.from_options(options)

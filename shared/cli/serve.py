@@ -6,13 +6,15 @@ import argparse
 import atexit
 import logging
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from treespec.shared.cli.arg_types import port, positive_int
 from treespec.shared.cli.ngram_flags import option_arguments
-from treespec.shared.cli.plugin_flags import add_plugin_arguments, plugin_options
+from treespec.shared.cli.plugin_flags import add_plugin_arguments, check_plugin_options, plugin_options
 from treespec.shared.cli.speculation_flags import add_budget_arguments, default_budget, resolve_budget
 from treespec.shared.launcher.health import grpc_serving, http_ok
 from treespec.shared.launcher.ports import free_port
@@ -93,15 +95,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("serve", help="all-in-one server: drafter + verifier + OpenAI gateway")
     p.add_argument("--model-path", help="HF model directory (default: the bundled SmolLM2-135M-Instruct)")
     p.add_argument("--host", default="127.0.0.1", help="gateway host")
-    p.add_argument("--port", type=int, default=8000, help="gateway port")
-    p.add_argument("--verifier-port", type=int, default=50051)
-    p.add_argument("--drafter-port", type=int, default=50061)
-    p.add_argument("--verifier-metrics-port", type=int, default=None, help="Prometheus port of the verifier")
+    p.add_argument("--port", type=port, default=8000, help="gateway port")
+    p.add_argument("--verifier-port", type=port, default=50051)
+    p.add_argument("--drafter-port", type=port, default=50061)
+    p.add_argument("--verifier-metrics-port", type=port, default=None, help="Prometheus port of the verifier")
     p.add_argument(
         "--speculative-algorithm", default=DEFAULT_ALGORITHM, help="drafter to run (NONE: plain decoding)"
     )
     add_budget_arguments(p)
-    p.add_argument("--draft-deadline-ms", type=int, default=50)
+    p.add_argument("--draft-deadline-ms", type=positive_int, default=50)
     p.add_argument("--api-key", action="append", default=[], help="accepted API key (repeatable)")
     p.add_argument("--served-model-name", default=None)
     add_plugin_arguments(p)
@@ -111,7 +113,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def _run(ns: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     options = plugin_options(ns, ns.speculative_algorithm)
-    budget = resolve_budget(ns, ns.speculative_algorithm, options)
+    try:
+        check_plugin_options(ns.speculative_algorithm, options)
+        budget = resolve_budget(ns, ns.speculative_algorithm, options)
+    except ValueError as exc:
+        print(f"treespec serve: error: {exc}", file=sys.stderr)
+        return 2
     config = ServeConfig(
         model_path=resolve_model_path(ns.model_path, models_dir()),
         host=ns.host,

@@ -6,6 +6,8 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
+from treespec.shared.cli.arg_types import positive_int
+
 GENERIC_DEFAULTS = (5, 4, 8)  # num_steps, eagle_topk, num_draft_tokens (SGLang's)
 
 
@@ -18,16 +20,18 @@ class BudgetFlags:
 
 def add_budget_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--speculative-num-steps", type=int, help="tree depth (default: 5; NGRAM: num_draft_tokens - 1)"
+        "--speculative-num-steps",
+        type=positive_int,
+        help="tree depth (default: 5; NGRAM: num_draft_tokens - 1)",
     )
     parser.add_argument(
         "--speculative-eagle-topk",
-        type=int,
+        type=positive_int,
         help="children per node (default: 4; NGRAM: --speculative-ngram-max-bfs-breadth)",
     )
     parser.add_argument(
         "--speculative-num-draft-tokens",
-        type=int,
+        type=positive_int,
         help="tree nodes, root included (default: 8; NGRAM: --speculative-ngram-max-match-window-size)",
     )
 

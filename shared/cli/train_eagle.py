@@ -7,7 +7,7 @@ import json
 import logging
 from pathlib import Path
 
-from treespec.shared.cli.arg_types import int_at_least, positive_float
+from treespec.shared.cli.arg_types import non_negative_int, positive_float, positive_int
 from treespec.shared.model.store import DEFAULT_MODELS_DIR, models_dir, resolve_model_path
 
 DEFAULT_WORK_DIR = Path("~/.cache/treespec/train-eagle")
@@ -38,13 +38,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="DIR",
         help=f"the training data (default: {DEFAULT_WORK_DIR}/<target>-<format>/data)",
     )
-    parser.add_argument(
-        "--data-tokens", type=int_at_least(1), default=100_000, help="answer tokens to generate"
-    )
-    parser.add_argument(
-        "--data-batch", type=int_at_least(1), default=32, help="conversations generated at once"
-    )
-    parser.add_argument("--answer-tokens", type=int_at_least(1), default=256, help="longest generated answer")
+    parser.add_argument("--data-tokens", type=positive_int, default=100_000, help="answer tokens to generate")
+    parser.add_argument("--data-batch", type=positive_int, default=32, help="conversations generated at once")
+    parser.add_argument("--answer-tokens", type=positive_int, default=256, help="longest generated answer")
     parser.add_argument(
         "--data-dtype",
         choices=["auto", "float32", "bfloat16"],
@@ -53,30 +49,26 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument(
         "--soft-labels",
-        type=int_at_least(0),
+        type=non_negative_int,
         default=16,
         metavar="K",
         help="keep the target's K most likely next tokens per position and train on them (0: greedy only)",
     )
-    parser.add_argument("--steps", type=int_at_least(0), default=600, help="optimizer steps")
-    parser.add_argument(
-        "--batch-tokens", type=int_at_least(1), default=4096, help="tokens per optimizer step"
-    )
+    parser.add_argument("--steps", type=non_negative_int, default=600, help="optimizer steps")
+    parser.add_argument("--batch-tokens", type=positive_int, default=4096, help="tokens per optimizer step")
     parser.add_argument("--lr", type=positive_float, default=5e-4)
     parser.add_argument(
         "--ttt-steps",
-        type=int_at_least(1),
+        type=positive_int,
         default=None,
         help="unrolled drafting steps (eagle3: 4, eagle: 1)",
     )
     parser.add_argument(
-        "--draft-vocab", type=int_at_least(1), default=8192, help="EAGLE-3's draft vocabulary size"
+        "--draft-vocab", type=positive_int, default=8192, help="EAGLE-3's draft vocabulary size"
     )
-    parser.add_argument("--save-every", type=int_at_least(1), default=50, help="checkpoint every N steps")
+    parser.add_argument("--save-every", type=positive_int, default=50, help="checkpoint every N steps")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--threads", type=int_at_least(1), default=None, help="torch threads (default: torch's)"
-    )
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(handler=_run)
 

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from treespec.shared.cli.plugin_flags import add_plugin_arguments, plugin_options
+from treespec.shared.cli.arg_types import port, positive_float, positive_int
+from treespec.shared.cli.plugin_flags import add_plugin_arguments, check_plugin_options, plugin_options
 from treespec.shared.cli.speculation_flags import add_budget_arguments, resolve_budget
 
 if TYPE_CHECKING:
@@ -37,8 +38,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     p.add_argument("--model-path", help="HF model directory (default: the bundled SmolLM2-135M-Instruct)")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=50051, help="gRPC port (0: a free one, printed in the log)")
-    p.add_argument("--metrics-port", type=int, default=None, help="Prometheus /metrics port (default: off)")
+    p.add_argument("--port", type=port, default=50051, help="gRPC port (0: a free one, printed in the log)")
+    p.add_argument("--metrics-port", type=port, default=None, help="Prometheus /metrics port (default: off)")
     p.add_argument("--served-model-name", default=None, help="model name to report (default: folder name)")
     _engine_arguments(p)
     _speculation_arguments(p)
@@ -48,11 +49,15 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def _engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--dtype", default="auto", help="auto (float32 on CPU, bfloat16 on GPU), float32, ...")
-    p.add_argument("--page-size", type=int, help="tokens per KV block (default: 16)")
-    p.add_argument("--max-total-tokens", type=int, help="KV cache capacity in tokens (default: 32768)")
-    p.add_argument("--max-running-requests", type=int, help="default: 64")
-    p.add_argument("--chunked-prefill-size", type=int, help="prompt tokens per engine step (default: 512)")
-    p.add_argument("--context-length", type=int, help="default: the model's")
+    p.add_argument("--page-size", type=positive_int, help="tokens per KV block (default: 16)")
+    p.add_argument(
+        "--max-total-tokens", type=positive_int, help="KV cache capacity in tokens (default: 32768)"
+    )
+    p.add_argument("--max-running-requests", type=positive_int, help="default: 64")
+    p.add_argument(
+        "--chunked-prefill-size", type=positive_int, help="prompt tokens per engine step (default: 512)"
+    )
+    p.add_argument("--context-length", type=positive_int, help="default: the model's")
 
 
 def _speculation_arguments(p: argparse.ArgumentParser) -> None:
@@ -68,7 +73,9 @@ def _speculation_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="drafter servers: host:port[,host:port...] or dns:///name:port",
     )
-    p.add_argument("--draft-deadline-ms", type=float, default=50.0, help="wait for remote drafts at most")
+    p.add_argument(
+        "--draft-deadline-ms", type=positive_float, default=50.0, help="wait for remote drafts at most"
+    )
     p.add_argument(
         "--colocation-socket",
         default=None,
@@ -160,8 +167,13 @@ def _run(ns: argparse.Namespace) -> int:
     if problem is not None:
         print(f"treespec verifier: error: {problem}", file=sys.stderr)
         return 2
+    try:
+        check_plugin_options(ns.speculative_algorithm, plugin_options(ns, ns.speculative_algorithm))
+        config = config_from_args(ns)
+    except ValueError as exc:
+        print(f"treespec verifier: error: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    config = config_from_args(ns)
     provider = build_tracer_provider("treespec-verifier")
     install_tracer_provider(provider)  # for instrumentations that look the provider up globally
     try:

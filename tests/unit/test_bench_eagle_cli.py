@@ -83,8 +83,6 @@ def test_defaults_are_the_shipped_head_and_sglangs_budget(
 @pytest.mark.parametrize(
     "argv",
     [
-        ["--speculative-num-draft-tokens", "0"],
-        ["--draft-deadline", "0"],
         ["--speculative-eagle-level-cost", "1.5"],
         ["--speculative-eagle-min-path-prob", "-0.1"],
         ["--draft-path", "/nonexistent/head"],

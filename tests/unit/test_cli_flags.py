@@ -1,0 +1,66 @@
+"""Every command refuses out-of-range numbers and drafter settings up front: exit 2 with a message that
+names what is wrong, before a model is loaded or a process started."""
+
+from __future__ import annotations
+
+import pytest
+
+from treespec.shared.cli.main import main
+
+
+def _exit_code(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exc:  # argparse's own errors
+        return int(exc.code or 0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["bench", "ngram", "--per-category", "0"], "--per-category"),
+        (["bench", "ngram", "--max-new-tokens", "0"], "--max-new-tokens"),
+        (["bench", "eagle", "--threads", "0"], "--threads"),
+        (["bench", "eagle", "--draft-deadline", "0"], "--draft-deadline"),
+        (["bench", "eagle", "--speculative-num-draft-tokens", "0"], "--speculative-num-draft-tokens"),
+        (["bench", "serve", "--concurrency", "0"], "--concurrency"),
+        (["verifier", "--page-size", "0"], "--page-size"),
+        (["verifier", "--max-total-tokens", "-8"], "--max-total-tokens"),
+        (["verifier", "--port", "70000"], "--port"),
+        (["verifier", "--metrics-port", "-1"], "--metrics-port"),
+        (["verifier", "--draft-deadline-ms", "0"], "--draft-deadline-ms"),
+        (["verifier", "--speculative-num-draft-tokens", "zero"], "--speculative-num-draft-tokens"),
+        (["gateway", "--port", "-1", "--verifier-address", "127.0.0.1:1"], "--port"),
+        (["gateway", "--max-body-bytes", "0", "--verifier-address", "127.0.0.1:1"], "--max-body-bytes"),
+        (["serve", "--draft-deadline-ms", "-5"], "--draft-deadline-ms"),
+        (["serve", "--verifier-port", "65536"], "--verifier-port"),
+        (["serve", "--speculative-num-steps", "0"], "--speculative-num-steps"),
+        (["drafter", "--kind", "ngram", "--vocab-size", "0"], "--vocab-size"),
+        (["drafter", "--kind", "ngram", "--vocab-size", "97", "--port", "99999"], "--port"),
+    ],
+)
+def test_out_of_range_numbers_exit_2_naming_the_flag(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _exit_code(argv) == 2
+    assert f"argument {named}:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["serve", "verifier"])
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (["NGRAM", "--speculative-ngram-capacity", "0"], "capacity"),
+        (["NGRAM", "--speculative-ngram-max-bfs-breadth", "0"], "max_bfs_breadth"),
+        (["NGRAM", "--speculative-ngram-min-path-prob", "1.5"], "min_path_prob"),
+        (["EAGLE3", "--speculative-eagle-min-path-prob", "2"], "min_path_prob"),
+        (["EAGLE", "--speculative-eagle-level-cost", "1"], "level_cost"),
+    ],
+)
+def test_bad_drafter_settings_exit_2_before_anything_starts(
+    command: str, settings: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    algorithm, *flags = settings
+    assert _exit_code([command, "--speculative-algorithm", algorithm, *flags]) == 2
+    err = capsys.readouterr().err
+    assert f"treespec {command}: error:" in err and message in err
