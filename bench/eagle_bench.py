@@ -72,8 +72,6 @@ class EagleBenchArgs(runs.BenchArgs):
             num_steps=budget.num_steps, eagle_topk=budget.eagle_topk, num_draft_tokens=budget.num_draft_tokens
         )
         spec.validate()
-        if ns.draft_deadline <= 0:
-            raise ValueError("--draft-deadline must be positive")
         head = EagleConfig.from_options(options).head_path(EagleFormat.EAGLE3)  # bad options fail here too
         if not (head / "config.json").is_file():  # fails here, before the model loads
             raise ValueError(f"no EAGLE-3 head in {head} (no config.json)")

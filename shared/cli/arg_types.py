@@ -16,7 +16,6 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
         return value
 
-    parse.__name__ = f"integer >= {minimum}"
     return parse
 
 
@@ -40,7 +39,7 @@ def positive_float(text: str) -> float:
 
 def port(text: str) -> int:
     """A TCP port; 0 asks the system for a free one."""
-    value = int_at_least(0)(text)
+    value = non_negative_int(text)
     if value > 65535:
         raise argparse.ArgumentTypeError(f"a port lies in 0..65535, got {value}")
     return value

@@ -107,6 +107,7 @@ def config_from_args(ns: argparse.Namespace) -> VerifierServerConfig:
 
     remote = tuple(a.strip() for a in (ns.drafter_address or "").split(",") if a.strip())
     options = plugin_options(ns, ns.speculative_algorithm)
+    check_plugin_options(ns.speculative_algorithm, options)
     drafter = DrafterSpec(
         algorithm=None if ns.speculative_algorithm == NONE else ns.speculative_algorithm,
         remote_targets=remote,
@@ -168,7 +169,6 @@ def _run(ns: argparse.Namespace) -> int:
         print(f"treespec verifier: error: {problem}", file=sys.stderr)
         return 2
     try:
-        check_plugin_options(ns.speculative_algorithm, plugin_options(ns, ns.speculative_algorithm))
         config = config_from_args(ns)
     except ValueError as exc:
         print(f"treespec verifier: error: {exc}", file=sys.stderr)
