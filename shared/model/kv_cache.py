@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 import torch
@@ -47,14 +48,18 @@ class KVCache:
 
 @dataclass
 class BlockAllocator:
-    """Free list and reference counts over the pool's block ids."""
+    """Free blocks and reference counts over the pool's block ids.
+
+    The free blocks form a min-heap: a request gets the lowest free ids, so while the pool is not
+    fragmented its blocks are one ascending run, which attention reads as a view instead of a gather.
+    """
 
     num_blocks: int
-    _free: list[int] = field(init=False)
+    _free: list[int] = field(init=False)  # a heap
     _refs: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
-        self._free = list(range(self.num_blocks - 1, -1, -1))
+        self._free = list(range(self.num_blocks))  # ascending: already a heap
         self._refs = [0] * self.num_blocks
 
     @property
@@ -64,7 +69,7 @@ class BlockAllocator:
     def allocate(self, n: int) -> list[int]:
         if n > len(self._free):
             raise OutOfBlocksError(f"need {n} KV blocks, {len(self._free)} free")
-        blocks = [self._free.pop() for _ in range(n)]
+        blocks = [heapq.heappop(self._free) for _ in range(n)]
         for b in blocks:
             self._refs[b] = 1
         return blocks
@@ -80,4 +85,4 @@ class BlockAllocator:
                 raise RuntimeError(f"KV block {b} freed twice")
             self._refs[b] -= 1
             if self._refs[b] == 0:
-                self._free.append(b)
+                heapq.heappush(self._free, b)
