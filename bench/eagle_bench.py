@@ -91,6 +91,7 @@ def run(ns: argparse.Namespace) -> int:
 class _Runners:
     hf: transformers.PreTrainedModel
     engines: dict[str, tuple[Engine, SpeculationParams | None]]  # method -> engine, per-request spec
+    node_cost: runs.NodeCost  # what every speculative engine tells its drafter a node costs
 
 
 def bench_eagle(args: EagleBenchArgs) -> dict[str, Any]:
@@ -117,7 +118,7 @@ def bench_eagle(args: EagleBenchArgs) -> dict[str, Any]:
                 f" accept {accepts}",
                 flush=True,
             )
-    return _payload(args, prompts, tally, checks, ngram_spec)
+    return _payload(args, prompts, tally, checks, ngram_spec, r.node_cost)
 
 
 @contextmanager
@@ -147,20 +148,23 @@ def _runners(
             )
         )
 
-        def engine(
-            drafter: Drafter | None, spec: SpeculationParams | None
-        ) -> tuple[Engine, SpeculationParams | None]:
-            return runs.engine(model, args.model, drafter, spec, prompt_ids, args.max_new_tokens), spec
-
         spec = args.speculation
+        plain = runs.engine(model, args.model, None, None, prompt_ids, args.max_new_tokens)
+        node_cost = runs.NodeCost.for_run(args.node_cost, plain, spec.num_draft_tokens)
+
+        def engine(drafter: Drafter, spec: SpeculationParams) -> tuple[Engine, SpeculationParams | None]:
+            cost = node_cost.value
+            return runs.engine(model, args.model, drafter, spec, prompt_ids, args.max_new_tokens, cost), spec
+
         yield _Runners(
             hf=transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval(),
             engines={
-                "plain": engine(None, None),
+                "plain": (plain, None),
                 "eagle3": engine(eagle, spec),
                 "eagle3_colocated": engine(co.remote, spec),
                 "ngram": engine(ngram, ngram_spec),
             },
+            node_cost=node_cost,
         )
 
 
@@ -197,6 +201,7 @@ def _payload(
     t: Throughput,
     checks: Mapping[str, runs.GreedyCheck],
     ngram_spec: SpeculationParams,
+    node_cost: runs.NodeCost,
 ) -> dict[str, Any]:
     figures = _figures(t.overall)
     return {
@@ -213,6 +218,7 @@ def _payload(
             draft_deadline_s=args.deadline_s,
             ngram_budget=_budget(ngram_spec),
             ngram_memory="in-process",
+            verify_cost=node_cost.report(),
             hf="generate, greedy, fp32",
         ),
     }

@@ -72,6 +72,7 @@ class _Runners:
     ngram: Engine
     drafter: Drafter
     speculation: SpeculationParams
+    node_cost: runs.NodeCost
 
 
 def bench_ngram(args: NgramBenchArgs) -> dict[str, Any]:
@@ -99,7 +100,7 @@ def bench_ngram(args: NgramBenchArgs) -> dict[str, Any]:
             )
     finally:
         r.drafter.shutdown()
-    return _payload(args, prompts, tally, greedy, r.speculation)
+    return _payload(args, prompts, tally, greedy, r.speculation, r.node_cost)
 
 
 def _load(args: NgramBenchArgs) -> _Runners:
@@ -109,15 +110,19 @@ def _load(args: NgramBenchArgs) -> _Runners:
         vocab_size=model.config.vocab_size, target_path=args.model, options=dict(args.options)
     )
     drafter = create_drafter(DRAFTER, context)
-    plain_config = EngineConfig(model_path=args.model, max_running_requests=1)
-    ngram_config = EngineConfig(model_path=args.model, max_running_requests=1, speculation=spec)
+    plain = Engine(EngineConfig(model_path=args.model, max_running_requests=1), None, model)
+    node_cost = runs.NodeCost.for_run(args.node_cost, plain, spec.num_draft_tokens)
+    ngram_config = EngineConfig(
+        model_path=args.model, max_running_requests=1, speculation=spec, node_cost=node_cost.value
+    )
     return _Runners(
         hf=transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval(),
         tokenizer=transformers.AutoTokenizer.from_pretrained(args.model),
-        plain=Engine(plain_config, None, model),
+        plain=plain,
         ngram=Engine(ngram_config, drafter, model),
         drafter=drafter,
         speculation=spec,
+        node_cost=node_cost,
     )
 
 
@@ -138,6 +143,7 @@ def _payload(
     t: Throughput,
     greedy: runs.GreedyCheck,
     spec: SpeculationParams,
+    node_cost: runs.NodeCost,
 ) -> dict[str, Any]:
     ngram, pld = t.overall["ngram"], t.overall["hf_pld"]
     return {
@@ -161,6 +167,7 @@ def _payload(
             },
             ngram_options={k: v for k, v in args.options.items() if k != "redis_url"},
             memory=_memory(args.options.get("redis_url")),
+            verify_cost=node_cost.report(),
             hf_prompt_lookup_num_tokens=PLD_TOKENS,
         ),
     }

@@ -27,6 +27,7 @@ from treespec.shared.model.store import models_dir, resolve_model_path
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine, GenerationResult
 from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
+from treespec.verifier.verify_cost import VerifyCost
 
 WARM_UP_TEXT = "Hello!"
 WARM_UP_TOKENS = 8
@@ -43,6 +44,7 @@ class BenchArgs:
     max_new_tokens: int
     json_path: Path | None
     threads: int
+    node_cost: float | None  # --speculative-node-cost (None: each speculative engine measures it)
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> Self:
@@ -57,6 +59,7 @@ class BenchArgs:
             "max_new_tokens": ns.max_new_tokens,
             "json_path": Path(ns.json) if ns.json else None,
             "threads": ns.threads or torch.get_num_threads(),
+            "node_cost": getattr(ns, "speculative_node_cost", None),
         }
 
 
@@ -104,6 +107,7 @@ def engine(
     spec: SpeculationParams | None,
     prompt_ids: Iterable[Sequence[int]],
     max_new_tokens: int,
+    node_cost: float | None = None,
 ) -> Engine:
     """An engine over `model` for batch size 1 (`spec`: its default speculation, None: plain), with a
     KV pool that holds the longest of `prompt_ids` and its new tokens: the default pool is far bigger
@@ -115,6 +119,7 @@ def engine(
         max_running_requests=1,
         max_total_tokens=longest + max_new_tokens + speculation.max_tree_nodes + KV_MARGIN,
         speculation=speculation,
+        node_cost=node_cost,
     )
     return Engine(config, drafter, model)
 
@@ -272,6 +277,32 @@ def per_category(
         }
         for c in t.categories()
     }
+
+
+@dataclass(frozen=True)
+class NodeCost:
+    """The node cost every speculative engine of a run gives its drafter (one value, so that methods
+    measured side by side weigh nodes alike): --speculative-node-cost, else one measurement."""
+
+    value: float
+    measured: VerifyCost | None = None
+
+    @classmethod
+    def for_run(cls, given: float | None, idle: Engine, tree_nodes: int) -> NodeCost:
+        if given is not None:
+            return cls(given)
+        cost = idle.measure_verify_cost(tree_nodes)
+        return cls(cost.node_cost(1), cost)
+
+    def report(self) -> dict[str, Any]:
+        if self.measured is None:
+            return {"node_cost": self.value, "measured": False}
+        return {
+            "node_cost": round(self.value, 4),
+            "measured": True,
+            "step_ms": round(self.measured.step_s * 1e3, 3),
+            "row_ms": round(self.measured.row_s * 1e3, 3),
+        }
 
 
 def setup(args: BenchArgs, prompts: int, **extra: Any) -> dict[str, Any]:

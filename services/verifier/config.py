@@ -21,6 +21,7 @@ class EngineConfig:
     speculative_algorithm: str | None = None  # a drafter registry name; None: plain decoding
     speculation: SpeculationParams = field(default_factory=SpeculationParams)
     torch_threads: int | None = None  # None: torch's default
+    node_cost: float | None = None  # a draft node's verify cost for drafters; None: measured at start
 
     @property
     def num_blocks(self) -> int:

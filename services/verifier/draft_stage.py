@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 
@@ -20,12 +21,16 @@ class DraftStage:
     vocab_size: int
     _warn_once: WarnOnce = field(default_factory=lambda: WarnOnce(log))
 
-    def trees(self, decodes: list[RequestState]) -> dict[str, TokenTree]:
-        """Validated trees by request id; requests without one decode plainly this step."""
+    def trees(self, decodes: list[RequestState], node_cost: float = 0.0) -> dict[str, TokenTree]:
+        """Validated trees by request id; requests without one decode plainly this step. `node_cost`:
+        what verifying one more node costs this step (see verify_cost.py)."""
         wanting = [s for s in decodes if s.speculation.enabled and s.speculation.num_draft_tokens > 1]
         if self.drafter is None or not wanting:
             return {}
-        queries = [DraftQuery(s.request_id, s.speculation.budget) for s in wanting]
+        queries = [
+            DraftQuery(s.request_id, dataclasses.replace(s.speculation.budget, node_cost=node_cost))
+            for s in wanting
+        ]
         try:
             proposals = self.drafter.propose(queries)
         except Exception as exc:  # a failing drafter costs speed, never a request

@@ -25,10 +25,17 @@ from treespec.verifier.commit_stage import CommitStage, StopRules
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.draft_stage import DraftStage
 from treespec.verifier.forward_stage import ForwardStage
-from treespec.verifier.request import FinishReason, GenerationRequest, InvalidRequestError, RequestOutput
+from treespec.verifier.request import (
+    FinishReason,
+    GenerationRequest,
+    InvalidRequestError,
+    RequestOutput,
+    SpeculationParams,
+)
 from treespec.verifier.scheduler import Scheduler
 from treespec.verifier.state import Phase, RequestState
 from treespec.verifier.stats import SpecStats
+from treespec.verifier.verify_cost import FixedNodeCost, VerifyCost, measure_verify_cost
 from treespec.verifier.verify_stage import verify
 
 log = logging.getLogger(__name__)
@@ -72,6 +79,7 @@ class Engine:
         self.stats = SpecStats()
         self._draft = DraftStage(drafter, mc.vocab_size)
         self._forward = ForwardStage(self.model, self.cache, TorchAttentionBackend(mc.sliding_window))
+        self._verify_cost = self._node_cost_model()
         eos = set(mc.eos_token_ids) | _generation_eos(config.model_path)
         self.eos_token_ids: frozenset[int] = frozenset(eos)
         self._commit = CommitStage(self.cache, StopRules(eos, self.context_length), drafter, self.stats)
@@ -109,7 +117,7 @@ class Engine:
         batch = self.scheduler.schedule()
         if batch.empty:
             return outputs
-        trees = self._draft.trees(batch.decodes)
+        trees = self._draft.trees(batch.decodes, self._verify_cost.node_cost(len(batch.decodes)))
         ring = self.drafter.feature_ring if self.drafter is not None else None
         result = self._forward.run(batch, trees, ring.spec if ring is not None else None)
         for out in self._commit.run(result, verify(result)):
@@ -138,6 +146,18 @@ class Engine:
         return results
 
     # ---- introspection ----------------------------------------------------------------------
+
+    @property
+    def verify_cost(self) -> VerifyCost | FixedNodeCost:
+        """What this engine tells drafters a draft node costs (measured, or configured)."""
+        return self._verify_cost
+
+    def measure_verify_cost(self, tree_nodes: int) -> VerifyCost:
+        """Time forwards of 1 and `tree_nodes` rows; only while no request holds KV blocks (the probe
+        writes into the pool's first slots)."""
+        if self.num_free_blocks != self.allocator.num_blocks:
+            raise RuntimeError("the verify cost is measured on an idle engine only")
+        return measure_verify_cost(self.model, self._forward.backend, self.cache, tree_nodes)
 
     @property
     def num_free_blocks(self) -> int:
@@ -191,6 +211,22 @@ class Engine:
         state.phase = Phase.FINISHED
         del self._states[state.request_id]
         self._drafter_call("close", state.request_id)
+
+    def _node_cost_model(self) -> VerifyCost | FixedNodeCost:
+        """The configured node cost, or (with a drafter) one measured now, while the pool is free."""
+        if self.config.node_cost is not None:
+            return FixedNodeCost(self.config.node_cost)
+        if self.drafter is None:
+            return FixedNodeCost(0.0)
+        nodes = max(self.config.speculation.num_draft_tokens, SpeculationParams().num_draft_tokens)
+        cost = self.measure_verify_cost(nodes)
+        log.info(
+            "verify cost: %.2f ms per step, %.3f ms per extra row (node cost %.3f at batch 1)",
+            cost.step_s * 1e3,
+            cost.row_s * 1e3,
+            cost.node_cost(1),
+        )
+        return cost
 
     def _drafter_call(self, method: str, *args: object) -> None:
         if self.drafter is None:

@@ -44,6 +44,7 @@ class ServeConfig:
     served_model_name: str | None
     verifier_metrics_port: int | None
     drafter_options: dict[str, Any] = field(default_factory=dict)  # plugin options (NGRAM flags)
+    node_cost: float | None = None  # None: the verifier measures it
     # For COLOCATED_ALGORITHMS: the verifier's co-location socket, in a private (0700) directory.
     colocation_socket: Path | None = None
 
@@ -134,6 +135,7 @@ def _run(ns: argparse.Namespace) -> int:
         served_model_name=ns.served_model_name,
         verifier_metrics_port=ns.verifier_metrics_port,
         drafter_options=options,
+        node_cost=budget.node_cost,
         colocation_socket=(
             private_socket_path() if ns.speculative_algorithm.lower() in COLOCATED_ALGORITHMS else None
         ),
@@ -166,6 +168,8 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
             "--speculative-eagle-topk", str(c.eagle_topk),
             "--speculative-num-draft-tokens", str(c.num_draft_tokens),
         ]  # fmt: skip
+        if c.node_cost is not None:
+            verifier += ["--speculative-node-cost", str(c.node_cost)]
     else:
         verifier += ["--speculative-algorithm", "NONE"]
     if c.verifier_metrics_port is not None:

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
-from treespec.shared.cli.arg_types import positive_int
+from treespec.shared.cli.arg_types import non_negative_float, positive_int
 
 GENERIC_DEFAULTS = (5, 4, 8)  # num_steps, eagle_topk, num_draft_tokens (SGLang's)
 
@@ -16,6 +16,7 @@ class BudgetFlags:
     num_steps: int
     eagle_topk: int
     num_draft_tokens: int
+    node_cost: float | None = None  # None: the verifier measures it
 
 
 def add_budget_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +35,16 @@ def add_budget_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         help="tree nodes, root included (default: 8; NGRAM: --speculative-ngram-max-match-window-size)",
     )
+    add_node_cost_argument(parser)
+
+
+def add_node_cost_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--speculative-node-cost",
+        type=non_negative_float,
+        help="what verifying one more draft node costs, as a fraction of a decoding step; drafters keep "
+        "only nodes that pay for it (default: measured by the verifier as it starts; 0: nodes are free)",
+    )
 
 
 def resolve_budget(ns: argparse.Namespace, algorithm: str, ngram_options: dict[str, Any]) -> BudgetFlags:
@@ -44,6 +55,7 @@ def resolve_budget(ns: argparse.Namespace, algorithm: str, ngram_options: dict[s
         num_steps=ns.speculative_num_steps,
         eagle_topk=ns.speculative_eagle_topk,
         num_draft_tokens=ns.speculative_num_draft_tokens,
+        node_cost=ns.speculative_node_cost,
     )
 
 
@@ -53,6 +65,7 @@ def default_budget(
     num_steps: int | None = None,
     eagle_topk: int | None = None,
     num_draft_tokens: int | None = None,
+    node_cost: float | None = None,
 ) -> BudgetFlags:
     """Values given win; the rest are the algorithm's defaults. NGRAM (as SGLang): num_draft_tokens is
     the max match window, the depth may use all of it (a chain), the breadth is the max BFS breadth."""
@@ -67,4 +80,5 @@ def default_budget(
         num_steps=steps if num_steps is None else num_steps,
         eagle_topk=topk if eagle_topk is None else eagle_topk,
         num_draft_tokens=nodes if num_draft_tokens is None else num_draft_tokens,
+        node_cost=node_cost,
     )

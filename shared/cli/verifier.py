@@ -128,6 +128,7 @@ def config_from_args(ns: argparse.Namespace) -> VerifierServerConfig:
         device=ns.device,
         dtype=ns.dtype,
         speculation=speculation,
+        node_cost=budget.node_cost,
         **given,
     )
     return VerifierServerConfig(

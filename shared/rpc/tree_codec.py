@@ -28,12 +28,18 @@ def tree_from_proto(message: common_pb2.TokenTree) -> TokenTree:
 
 def budget_to_proto(budget: TreeBudget) -> common_pb2.TreeBudget:
     return common_pb2.TreeBudget(
-        num_draft_tokens=budget.num_draft_tokens, num_steps=budget.num_steps, topk=budget.topk
+        num_draft_tokens=budget.num_draft_tokens,
+        num_steps=budget.num_steps,
+        topk=budget.topk,
+        node_cost=budget.node_cost,
     )
 
 
 def budget_from_proto(message: common_pb2.TreeBudget) -> TreeBudget:
-    """Raises ValueError for a budget with a zero field."""
+    """Raises ValueError for a budget with a zero count or a negative or non-finite node cost."""
     return TreeBudget(
-        num_draft_tokens=message.num_draft_tokens, num_steps=message.num_steps, topk=message.topk
+        num_draft_tokens=message.num_draft_tokens,
+        num_steps=message.num_steps,
+        topk=message.topk,
+        node_cost=message.node_cost,
     )

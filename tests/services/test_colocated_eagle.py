@@ -117,10 +117,17 @@ def _requests(speculate: bool = True) -> list[GenerationRequest]:
     ]
 
 
+NODE_COST = 0.05
+
+
 def _run(path: Path, model: CausalLM, drafter: Drafter) -> Run:
     recorder = ProposalRecorder(drafter)
-    # A small prefill chunk: prompts reach the drafter over several steps.
-    config = EngineConfig(model_path=path, page_size=4, max_total_tokens=2048, chunked_prefill_size=16)
+    # A small prefill chunk: prompts reach the drafter over several steps. One node cost for both runs
+    # (each engine would measure its own, a little differently): it must reach the drafter over the
+    # wire as in process (it may prune some nodes of the random heads' trees).
+    config = EngineConfig(
+        model_path=path, page_size=4, max_total_tokens=2048, chunked_prefill_size=16, node_cost=NODE_COST
+    )
     engine = Engine(config, recorder, model)
     outputs = {rid: r.token_ids for rid, r in engine.generate(_requests()).items()}
     return Run(outputs, engine.stats, recorder.rounds)

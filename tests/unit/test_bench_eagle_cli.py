@@ -12,7 +12,7 @@ import torch
 from tests.unit.drafter.eagle.public_checkpoints import write_eagle3
 from treespec.bench.eagle_bench import METHODS, EagleBenchArgs, _payload, render
 from treespec.bench.prompts import BenchPrompt
-from treespec.bench.runs import GreedyCheck
+from treespec.bench.runs import GreedyCheck, NodeCost
 from treespec.bench.throughput import Throughput
 from treespec.drafter.eagle.config import SHIPPED_HEADS
 from treespec.drafter.eagle.head_config import EagleFormat
@@ -22,6 +22,7 @@ from treespec.shared.model.store import (
     resolve_model_path,
 )
 from treespec.verifier.request import SpeculationParams
+from treespec.verifier.verify_cost import VerifyCost
 
 # SmolLM2-135M-Instruct's shape
 HIDDEN, VOCAB, LAYERS = 576, 49152, 30
@@ -48,6 +49,7 @@ def _args(argv: list[str]) -> EagleBenchArgs:
 def test_flags_build_the_args(bench_defaults: tuple[Path, Path], head: Path) -> None:
     model, prompts = bench_defaults
     argv = ["--quick", "--json", "x", "--draft-path", str(head), "--draft-deadline", "7.5"]
+    argv += ["--speculative-node-cost", "0.04"]
     args = _args([*argv, "--speculative-num-steps", "3", "--speculative-eagle-topk", "2"])
     assert args == EagleBenchArgs(
         model=model,
@@ -56,6 +58,7 @@ def test_flags_build_the_args(bench_defaults: tuple[Path, Path], head: Path) -> 
         max_new_tokens=128,
         json_path=Path("x"),
         threads=torch.get_num_threads(),
+        node_cost=0.04,
         options={"draft_path": str(head)},
         speculation=SpeculationParams(num_steps=3, eagle_topk=2, num_draft_tokens=8),
         deadline_s=7.5,
@@ -78,6 +81,7 @@ def test_defaults_are_the_shipped_head_and_sglangs_budget(
     assert args.options == {} and args.head_path == head
     assert args.speculation == SpeculationParams(num_steps=5, eagle_topk=4, num_draft_tokens=8)
     assert (args.threads, args.max_new_tokens, args.per_category, args.deadline_s) == (3, 16, None, 30.0)
+    assert args.node_cost is None  # measured in the run
 
 
 @pytest.mark.parametrize(
@@ -121,7 +125,8 @@ def test_payload_has_the_issue_keys_and_targets(bench_defaults: tuple[Path, Path
         tally.add(method, "coding", 12, seconds, steps, 12 if steps else 0)
     prompts = [BenchPrompt(1, "coding", "hi")]
     checks = {m: GreedyCheck(lambda ids: torch.zeros(4)) for m in ("eagle3", "eagle3_colocated", "ngram")}
-    p = _payload(args, prompts, tally, checks, SpeculationParams(num_steps=7, num_draft_tokens=8))
+    measured = NodeCost(0.05, VerifyCost(step_s=0.04, row_s=0.002))
+    p = _payload(args, prompts, tally, checks, SpeculationParams(num_steps=7, num_draft_tokens=8), measured)
     assert ISSUE_KEYS | {"per_category"} <= set(p)
     assert set(p["per_category"]["coding"]) >= ISSUE_KEYS
     assert p["eagle3_accept_len"] == 3.0 and p["eagle3_vs_plain"] == 2.0 and p["eagle3_vs_hf"] == 3.0
@@ -139,6 +144,7 @@ def test_payload_has_the_issue_keys_and_targets(bench_defaults: tuple[Path, Path
     assert setup["eagle3_head"] == str(head) and setup["draft_deadline_s"] == 30.0
     assert setup["eagle3_budget"] == {"num_steps": 5, "eagle_topk": 4, "num_draft_tokens": 8}
     assert setup["ngram_budget"]["num_steps"] == 7
+    assert setup["verify_cost"] == {"node_cost": 0.05, "measured": True, "step_ms": 40.0, "row_ms": 2.0}
     text = render(p)
     assert "eagle3 / plain: 2.00x   eagle3 / hf: 3.00x   co-located / in-process: 0.80x" in text
     assert "3.00 pass" in text and "0.80 FAIL" in text and "targets: FAIL" in text

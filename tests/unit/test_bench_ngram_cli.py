@@ -9,7 +9,7 @@ import torch
 
 from treespec.bench.ngram_bench import NgramBenchArgs, _payload, render, speculation
 from treespec.bench.prompts import BenchPrompt
-from treespec.bench.runs import GreedyCheck
+from treespec.bench.runs import GreedyCheck, NodeCost
 from treespec.bench.throughput import Throughput
 from treespec.drafter.ngram.config import NgramConfig
 from treespec.shared.cli.main import build_parser, main
@@ -30,6 +30,7 @@ def test_flags_build_the_args(bench_defaults: tuple[Path, Path]) -> None:
         max_new_tokens=128,
         json_path=Path("x"),
         threads=torch.get_num_threads(),
+        node_cost=None,
         options={"redis_url": "redis://h:1", "max_bfs_breadth": 4},
     )
     assert args.config == NgramConfig(redis_url="redis://h:1", max_bfs_breadth=4)
@@ -66,11 +67,13 @@ def test_payload_has_the_issue_keys(bench_defaults: tuple[Path, Path]) -> None:
         tally.add(method, "coding", 8, seconds, steps, 8 if steps else 0)
     prompts = [BenchPrompt(1, "coding", "hi")]
     greedy = GreedyCheck(lambda ids: torch.zeros(4))
-    p = _payload(args, prompts, tally, greedy, speculation(args.config))
+    p = _payload(args, prompts, tally, greedy, speculation(args.config), NodeCost(0.0))
     assert {"plain_tps", "ngram_tps", "hf_pld_tps", "ngram_accept_len", "per_category"} <= set(p)
     assert p["ngram_vs_plain"] == 2.0 and p["ngram_vs_hf_pld"] == 1.6 and p["ngram_accept_len"] == 2.0
     assert p["identical"] and p["mismatches"] == [] and p["near_tie_divergences"] == 0
     assert p["per_category"]["coding"]["ngram_vs_plain"] == 2.0
     assert p["setup"]["memory"] == "redis://u:***@h:1/0"
     assert p["setup"]["ngram_options"] == {"max_bfs_breadth": 4}
+    assert p["setup"]["verify_cost"] == {"node_cost": 0.0, "measured": False}
+    assert _args(["--speculative-node-cost", "0.25"]).node_cost == 0.25
     assert "ngram / plain: 2.00x   ngram / hf_pld: 1.60x" in render(p)

@@ -3,6 +3,8 @@ names what is wrong, before a model is loaded or a process started."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from treespec.shared.cli.main import main
@@ -30,11 +32,16 @@ def _exit_code(argv: list[str]) -> int:
         (["verifier", "--metrics-port", "-1"], "--metrics-port"),
         (["verifier", "--draft-deadline-ms", "0"], "--draft-deadline-ms"),
         (["verifier", "--speculative-num-draft-tokens", "zero"], "--speculative-num-draft-tokens"),
+        (["verifier", "--speculative-node-cost", "-0.1"], "--speculative-node-cost"),
+        (["verifier", "--speculative-node-cost", "nan"], "--speculative-node-cost"),
+        (["bench", "ngram", "--speculative-node-cost", "inf"], "--speculative-node-cost"),
+        (["bench", "eagle", "--speculative-node-cost", "-1"], "--speculative-node-cost"),
         (["gateway", "--port", "-1", "--verifier-address", "127.0.0.1:1"], "--port"),
         (["gateway", "--max-body-bytes", "0", "--verifier-address", "127.0.0.1:1"], "--max-body-bytes"),
         (["serve", "--draft-deadline-ms", "-5"], "--draft-deadline-ms"),
         (["serve", "--verifier-port", "65536"], "--verifier-port"),
         (["serve", "--speculative-num-steps", "0"], "--speculative-num-steps"),
+        (["serve", "--speculative-node-cost", "x"], "--speculative-node-cost"),
         (["drafter", "--kind", "ngram", "--vocab-size", "0"], "--vocab-size"),
         (["drafter", "--kind", "ngram", "--vocab-size", "97", "--port", "99999"], "--port"),
     ],
@@ -64,3 +71,22 @@ def test_bad_drafter_settings_exit_2_before_anything_starts(
     assert _exit_code([command, "--speculative-algorithm", algorithm, *flags]) == 2
     err = capsys.readouterr().err
     assert f"treespec {command}: error:" in err and message in err
+
+
+def test_the_node_cost_flag_reaches_the_engine_through_serve_and_verifier(tmp_path: Path) -> None:
+    from treespec.shared.cli.main import build_parser
+    from treespec.shared.cli.serve import ServeConfig, services
+    from treespec.shared.cli.verifier import config_from_args
+
+    given = ServeConfig.on_free_ports(tmp_path, "NGRAM", node_cost=0.03)
+    verifier = next(p for p in services(given) if p.name == "verifier").argv
+    assert verifier[verifier.index("--speculative-node-cost") + 1] == "0.03"
+    measured = next(p for p in services(ServeConfig.on_free_ports(tmp_path, "NGRAM")) if p.name == "verifier")
+    assert "--speculative-node-cost" not in measured.argv  # the verifier measures it
+
+    def engine_node_cost(*flags: str) -> float | None:
+        ns = build_parser().parse_args(["verifier", "--model-path", str(tmp_path), *flags])
+        return config_from_args(ns).engine.node_cost
+
+    assert engine_node_cost("--speculative-node-cost", "0.03") == 0.03
+    assert engine_node_cost() is None

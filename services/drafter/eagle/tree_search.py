@@ -2,8 +2,9 @@
 
 Level 1 is the root's `topk` most likely children. Each later step expands the `topk` best nodes of
 the previous level (by cumulative draft log-probability) by their `topk` best children. At the end
-the `num_draft_tokens - 1` best nodes overall are kept: a child never scores above its parent (and
-ties go to the earlier node), so the kept set is a tree.
+the `num_draft_tokens - 1` best nodes overall are kept, or fewer when the budget's node cost says
+the weakest of them do not pay for their verify rows (shared/drafting/tree_value.py): a child never
+scores above its parent (and ties go to the earlier node), so the kept set is a tree.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from treespec.shared.drafting.token_tree import TokenTree, TreeBudget
+from treespec.shared.drafting.tree_value import nodes_worth_verifying
 
 
 @dataclass
@@ -62,9 +64,11 @@ class SearchTree:
         return sum(math.exp(self.scores[i]) for i in nodes)
 
     def kept(self) -> list[int]:
-        """The best `num_draft_tokens - 1` drafted nodes, in creation order (parents first)."""
-        drafted = list(range(1, len(self.tokens)))
-        return sorted(self.best(drafted, self.budget.num_draft_tokens - 1))
+        """The best `num_draft_tokens - 1` drafted nodes, as many of them as pay for their verify
+        rows, in creation order (parents first)."""
+        ranked = self.best(list(range(1, len(self.tokens))), self.budget.num_draft_tokens - 1)
+        worth = nodes_worth_verifying([math.exp(self.scores[i]) for i in ranked], self.budget.node_cost)
+        return sorted(ranked[:worth])
 
     def to_token_tree(self, generator: torch.Generator | None) -> TokenTree:
         """The kept nodes as a TokenTree. With a generator, each parent's children carry q renormalised

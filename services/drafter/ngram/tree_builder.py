@@ -3,7 +3,9 @@
 BFS (SGLang's default) walks level by level, letting each node keep fewer children as depth grows
 (from max to min BFS breadth). PROB keeps the nodes with the highest estimated path probability.
 Both stop at the node budget, the depth limit and at nodes whose estimated path probability falls
-below `min_path_prob` (a node that will likely be rejected costs a verify row for nothing).
+below `min_path_prob`. Then, weighing each node's estimated path probability against what its verify
+row costs (the budget's node cost), only the nodes that pay for themselves stay
+(shared/drafting/tree_value.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch
 from treespec.drafter.ngram.calibration import NodeKind, node_kind
 from treespec.drafter.ngram.candidates import MEMORY_BUCKET_BASE, Candidate
 from treespec.shared.drafting.token_tree import TokenTree, TreeBudget
+from treespec.shared.drafting.tree_value import nodes_worth_verifying
 
 Estimator = Callable[[NodeKind], float]
 
@@ -60,7 +63,8 @@ def build_tree(
         return None
     trie = _trie(root_token, candidates, max_depth)
     select = _select_bfs if shape.match_type.upper() == "BFS" else _select_prob
-    tokens, parents, kinds = select(trie, budget, shape, estimate)
+    picked = _worth_verifying(select(trie, budget, shape, estimate), budget.node_cost)
+    tokens, parents, kinds, _ = picked
     if len(tokens) < 2:
         return None
     tree = TokenTree(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long))
@@ -90,11 +94,31 @@ def _breadth(depth: int, max_depth: int, shape: TreeShape) -> int:
     return round(shape.max_bfs_breadth - span * (depth - 1) / (max_depth - 1))
 
 
-_Picked = tuple[list[int], list[int], list[NodeKind | None]]
+_Picked = tuple[
+    list[int], list[int], list[NodeKind | None], list[float]
+]  # tokens, parents, kinds, path probs
+
+
+def _worth_verifying(picked: _Picked, node_cost: float) -> _Picked:
+    """The picked nodes that pay for their verify rows: the best by path probability (a child's never
+    exceeds its parent's, and ties go to the earlier node, so they form a tree), in the picked order."""
+    tokens, parents, kinds, probs = picked
+    ranked = sorted(range(1, len(tokens)), key=lambda i: (-probs[i], i))
+    keep = sorted(ranked[: nodes_worth_verifying([probs[i] for i in ranked], node_cost)])
+    if len(keep) == len(tokens) - 1:
+        return picked
+    new_index = {0: 0} | {old: new for new, old in enumerate(keep, start=1)}
+    order = [0, *keep]
+    return (
+        [tokens[i] for i in order],
+        [-1] + [new_index[parents[i]] for i in keep],
+        [kinds[i] for i in order],
+        [probs[i] for i in order],
+    )
 
 
 def _select_bfs(trie: _TrieNode, budget: TreeBudget, shape: TreeShape, estimate: Estimator) -> _Picked:
-    tokens, parents = [trie.token], [-1]
+    tokens, parents, probs = [trie.token], [-1], [1.0]
     kinds: list[NodeKind | None] = [None]
     level: list[tuple[_TrieNode, int, float]] = [(trie, 0, 1.0)]  # (trie node, tree index, path prob)
     for depth in range(1, budget.num_steps + 1):
@@ -109,16 +133,17 @@ def _select_bfs(trie: _TrieNode, budget: TreeBudget, shape: TreeShape, estimate:
                 tokens.append(child.token)
                 parents.append(index)
                 kinds.append(kind)
+                probs.append(prob)
                 next_level.append((child, len(tokens) - 1, prob))
         level = sorted(next_level, key=lambda item: -item[2])
         if not level:
             break
-    return tokens, parents, kinds
+    return tokens, parents, kinds, probs
 
 
 def _select_prob(trie: _TrieNode, budget: TreeBudget, shape: TreeShape, estimate: Estimator) -> _Picked:
     """Best-first by path probability; a child's never exceeds its parent's, so parents come first."""
-    tokens, parents = [trie.token], [-1]
+    tokens, parents, probs = [trie.token], [-1], [1.0]
     kinds: list[NodeKind | None] = [None]
     # (-path prob, tiebreak, parent index, depth, kind, trie node)
     heap: list[tuple[float, int, int, int, NodeKind, _TrieNode]] = []
@@ -141,5 +166,6 @@ def _select_prob(trie: _TrieNode, budget: TreeBudget, shape: TreeShape, estimate
         tokens.append(node.token)
         parents.append(parent)
         kinds.append(kind)
+        probs.append(-neg_prob)
         push_children(node, len(tokens) - 1, depth + 1, -neg_prob)
-    return tokens, parents, kinds
+    return tokens, parents, kinds, probs

@@ -291,3 +291,20 @@ def test_the_tree_flags_become_options_of_eagle_drafters_only() -> None:
         assert plugin_options(ns, "EAGLE3") == plugin_options(ns, "eagle") == want
         assert plugin_options(ns, "NGRAM") == {}
         assert plugin_options(build_parser().parse_args(command), "EAGLE3") == {}
+
+
+def test_kept_nodes_pay_for_their_verify_rows() -> None:
+    def search(node_cost: float) -> SearchTree:
+        tree = SearchTree(5, TreeBudget(8, 3, 2, node_cost=node_cost))
+        kids = tree.add_children(0, torch.tensor([0.7, 0.2, 0.05, 0.05]).log(), None)  # 0 (.7), 1 (.2)
+        tree.add_children(kids[0], torch.tensor([0.1, 0.6, 0.3]).log(), None)  # 1 (.42), 2 (.21)
+        return tree
+
+    # path probabilities .7, .42, .21, .2; nodes in creation order 1: .7, 2: .2, 3: .42, 4: .21
+    assert search(0.0).kept() == [1, 2, 3, 4]
+    # at 0.3 of a step per row: 1.7/1.3 = 1.31, 2.12/1.6 = 1.33, 2.33/1.9 = 1.23, 2.53/2.2 = 1.15
+    pruned = search(0.3)
+    assert pruned.kept() == [1, 3]
+    tree = pruned.to_token_tree(None)
+    assert tree.tokens.tolist() == [5, 0, 1] and tree.parents.tolist() == [-1, 0, 1]
+    assert search(1.0).kept() == []  # no node pays for a whole step

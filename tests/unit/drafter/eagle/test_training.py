@@ -300,7 +300,8 @@ def _greedy_equals_plain(target: Path, model: CausalLM, name: str, head: Path) -
     sampling = SamplingParams(temperature=0.0, max_new_tokens=16, ignore_eos=True)
 
     def generate(drafter: EagleDrafter | None, spec: SpeculationParams) -> tuple[Engine, list[list[int]]]:
-        config = EngineConfig(model_path=target, page_size=4, max_total_tokens=1024)
+        # Free verify rows: a barely trained head's nodes would not pay for them on a CPU.
+        config = EngineConfig(model_path=target, page_size=4, max_total_tokens=1024, node_cost=0.0)
         engine = Engine(config, drafter, model)
         requests = [GenerationRequest(f"p{i}", p, sampling, spec) for i, p in enumerate(prompts)]
         results = engine.generate(requests)

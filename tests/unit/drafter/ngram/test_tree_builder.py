@@ -87,7 +87,8 @@ def test_no_candidates_or_no_room_means_no_tree() -> None:
 def test_random_inputs_respect_every_budget(match_type: str) -> None:
     rng = random.Random(0)
     for _ in range(300):
-        budget = TreeBudget(rng.randint(1, 16), rng.randint(0, 8), rng.randint(1, 5))
+        node_cost = rng.choice([0.0, rng.random() / 4])  # some trees pruned to the nodes worth a row
+        budget = TreeBudget(rng.randint(1, 16), rng.randint(0, 8), rng.randint(1, 5), node_cost)
         candidates = [
             Candidate(
                 tuple(rng.randrange(6) for _ in range(rng.randint(1, 10))),
@@ -115,6 +116,7 @@ def test_random_inputs_respect_every_budget(match_type: str) -> None:
         assert problem is None, problem
         assert int(tree.tokens[0]) == 3
         assert all(0 <= p < i for i, p in enumerate(tree.parents.tolist()[1:], start=1))
+        assert len(drafted.kinds) == tree.num_nodes
 
 
 def test_outcomes_follow_the_committed_path() -> None:
@@ -137,3 +139,19 @@ def test_acceptance_model_learns_per_request_from_a_shared_prior() -> None:
     assert second.probability(kind) == pytest.approx(shared.probability(kind))
     second.observe([(kind, True)] * 20)
     assert second.probability(kind) > 0.6 > shared.probability(kind)  # the request adapts quickly
+
+
+def test_nodes_that_do_not_pay_for_their_verify_rows_are_left_out() -> None:
+    def estimate(kind: NodeKind) -> float:
+        return {0: 0.9, 1: 0.1}.get(kind[2], 0.05)  # by sibling rank
+
+    candidates = [Candidate((1, 2, 3), 5.0, 1), Candidate((4, 5), 1.0, 1)]
+    free = build_tree(0, candidates, TreeBudget(8, 5, 4), shape(), estimate)
+    # BFS, free rows: level 1: 1 (.9), 4 (.1); level 2: 2 (.81), 5 (.09); level 3: 3 (.729)
+    assert edges(free) == [(-1, 0), (0, 1), (0, 4), (1, 2), (4, 5), (2, 3)]
+    # At 0.15 of a step per row: 1 + .9 + .81 + .729 over 1 + .45 beats keeping the .1 and .09 nodes
+    # (2.439 / 1.45 = 1.68 > 2.629 / 1.75 = 1.50), and is the best prefix.
+    costly = build_tree(0, candidates, TreeBudget(8, 5, 4, node_cost=0.15), shape(), estimate)
+    assert edges(costly) == [(-1, 0), (0, 1), (1, 2), (2, 3)]
+    assert costly is not None and costly.kinds[1:] == [node_kind(1, d, 0) for d in (1, 2, 3)]
+    assert build_tree(0, candidates, TreeBudget(8, 5, 4, node_cost=2.0), shape(), estimate) is None

@@ -1,0 +1,81 @@
+"""The verify cost: measured as the engine starts, scaled by the batch, handed to drafters per step."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from treespec.drafter.random_tree.drafter import RandomTreeDrafter
+from treespec.shared.drafting.drafter import DraftQuery
+from treespec.shared.drafting.token_tree import TokenTree
+from treespec.shared.model.attention.torch_backend import TorchAttentionBackend
+from treespec.shared.model.causal_lm import CausalLM
+from treespec.shared.model.kv_cache import KVCache
+from treespec.verifier.config import EngineConfig
+from treespec.verifier.engine import Engine
+from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
+from treespec.verifier.verify_cost import VerifyCost, measure_verify_cost
+
+
+class BudgetRecorder(RandomTreeDrafter):
+    """The random drafter, keeping every query it is asked (to see the budgets the engine sends)."""
+
+    def __init__(self, vocab_size: int) -> None:
+        super().__init__(vocab_size)
+        self.queries: list[DraftQuery] = []
+
+    def propose(self, queries: Sequence[DraftQuery]) -> list[TokenTree | None]:
+        self.queries.extend(queries)
+        return super().propose(queries)
+
+
+def greedy(rid: str, n: int = 6) -> GenerationRequest:
+    return GenerationRequest(rid, [3, 1, 4, 1, 5, 9], SamplingParams(temperature=0.0, max_new_tokens=n))
+
+
+def test_a_node_costs_its_row_over_the_request_share_of_a_step() -> None:
+    cost = VerifyCost(step_s=0.040, row_s=0.002)
+    assert cost.node_cost(1) == pytest.approx(0.05)
+    assert cost.node_cost(4) == pytest.approx(0.2)  # four requests share the step's fixed part
+    assert VerifyCost(step_s=0.0, row_s=0.001).node_cost(1) == 0.0
+
+
+def test_measuring_times_both_sizes_within_the_pool_and_the_positions(tiny_model: CausalLM) -> None:
+    cache = KVCache.allocate(tiny_model.config, 8, 4, tiny_model.dtype, tiny_model.device)  # 32 slots
+    cost = measure_verify_cost(tiny_model, TorchAttentionBackend(), cache, tree_nodes=64)
+    assert cost.step_s > 0.0
+    assert cost.row_s >= 0.0
+
+
+def test_the_engine_sends_drafters_the_configured_node_cost(tiny_path: Path, tiny_model: CausalLM) -> None:
+    drafter = BudgetRecorder(tiny_model.config.vocab_size)
+    config = EngineConfig(
+        model_path=tiny_path, max_total_tokens=512, speculation=SpeculationParams(), node_cost=0.125
+    )
+    Engine(config, drafter, tiny_model).generate([greedy("a"), greedy("b")])
+    assert drafter.queries
+    assert {q.budget.node_cost for q in drafter.queries} == {0.125}
+    assert {(q.budget.num_draft_tokens, q.budget.num_steps, q.budget.topk) for q in drafter.queries} == {
+        (8, 5, 4)
+    }
+
+
+def test_the_engine_measures_the_cost_and_scales_it_by_the_batch(
+    tiny_path: Path, tiny_model: CausalLM
+) -> None:
+    drafter = BudgetRecorder(tiny_model.config.vocab_size)
+    config = EngineConfig(model_path=tiny_path, max_total_tokens=512, speculation=SpeculationParams())
+    engine = Engine(config, drafter, tiny_model)
+    measured = engine._verify_cost
+    assert isinstance(measured, VerifyCost) and measured.step_s > 0.0
+    engine.generate([greedy("a", 4), greedy("b", 4)])  # both decode in the same steps
+    sent = {q.budget.node_cost for q in drafter.queries}
+    assert sent <= {measured.node_cost(1), measured.node_cost(2)}
+    assert measured.node_cost(2) in sent
+
+
+def test_without_a_drafter_nothing_is_measured(tiny_path: Path, tiny_model: CausalLM) -> None:
+    engine = Engine(EngineConfig(model_path=tiny_path, max_total_tokens=512), None, tiny_model)
+    assert not isinstance(engine._verify_cost, VerifyCost)
