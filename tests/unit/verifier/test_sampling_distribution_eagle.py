@@ -77,6 +77,7 @@ def test_first_three_tokens_follow_the_target_with_eagle_drafts(tiny: Tiny, tmp_
             max_total_tokens=16_384,
             max_running_requests=1024,
             chunked_prefill_size=4096,
+            node_cost=0.0,  # every drafted node verified: a measured cost would prune by machine load
         ),
         drafter,
         model,
