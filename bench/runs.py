@@ -44,7 +44,7 @@ class BenchArgs:
     max_new_tokens: int
     json_path: Path | None
     threads: int
-    node_cost: float | None  # --speculative-node-cost (None: each speculative engine measures it)
+    node_cost: float | None  # --speculative-node-cost (None: measured once per run, see NodeCost)
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> Self:

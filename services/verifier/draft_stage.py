@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass, field
 
@@ -27,10 +26,7 @@ class DraftStage:
         wanting = [s for s in decodes if s.speculation.enabled and s.speculation.num_draft_tokens > 1]
         if self.drafter is None or not wanting:
             return {}
-        queries = [
-            DraftQuery(s.request_id, dataclasses.replace(s.speculation.budget, node_cost=node_cost))
-            for s in wanting
-        ]
+        queries = [DraftQuery(s.request_id, s.speculation.tree_budget(node_cost)) for s in wanting]
         try:
             proposals = self.drafter.propose(queries)
         except Exception as exc:  # a failing drafter costs speed, never a request

@@ -56,8 +56,15 @@ class SpeculationParams:
 
     @property
     def budget(self) -> TreeBudget:
+        return self.tree_budget()
+
+    def tree_budget(self, node_cost: float = 0.0) -> TreeBudget:
+        """The budget a drafter gets, with this step's cost of a node (see verify_cost.py)."""
         return TreeBudget(
-            num_draft_tokens=self.num_draft_tokens, num_steps=self.num_steps, topk=self.eagle_topk
+            num_draft_tokens=self.num_draft_tokens,
+            num_steps=self.num_steps,
+            topk=self.eagle_topk,
+            node_cost=node_cost,
         )
 
     @property

@@ -28,21 +28,22 @@ def non_negative_int(text: str) -> int:
     return int_at_least(0)(text)
 
 
-def positive_float(text: str) -> float:
+def _float(text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def positive_float(text: str) -> float:
+    value = _float(text)
     if not value > 0:  # also refuses NaN
         raise argparse.ArgumentTypeError(f"must be positive, got {text}")
     return value
 
 
 def non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = _float(text)
     if not 0 <= value < math.inf:  # also refuses NaN
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
     return value

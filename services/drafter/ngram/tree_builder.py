@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
@@ -64,11 +65,12 @@ def build_tree(
     trie = _trie(root_token, candidates, max_depth)
     select = _select_bfs if shape.match_type.upper() == "BFS" else _select_prob
     picked = _worth_verifying(select(trie, budget, shape, estimate), budget.node_cost)
-    tokens, parents, kinds, _ = picked
-    if len(tokens) < 2:
+    if len(picked.tokens) < 2:
         return None
-    tree = TokenTree(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long))
-    return DraftedTree(tree, kinds)
+    tree = TokenTree(
+        torch.tensor(picked.tokens, dtype=torch.long), torch.tensor(picked.parents, dtype=torch.long)
+    )
+    return DraftedTree(tree, picked.kinds)
 
 
 def _trie(root_token: int, candidates: Sequence[Candidate], max_depth: int) -> _TrieNode:
@@ -94,9 +96,11 @@ def _breadth(depth: int, max_depth: int, shape: TreeShape) -> int:
     return round(shape.max_bfs_breadth - span * (depth - 1) / (max_depth - 1))
 
 
-_Picked = tuple[
-    list[int], list[int], list[NodeKind | None], list[float]
-]  # tokens, parents, kinds, path probs
+class _Picked(NamedTuple):
+    tokens: list[int]
+    parents: list[int]
+    kinds: list[NodeKind | None]  # None for the root
+    probs: list[float]  # estimated path probabilities (the root's: 1)
 
 
 def _worth_verifying(picked: _Picked, node_cost: float) -> _Picked:
@@ -109,7 +113,7 @@ def _worth_verifying(picked: _Picked, node_cost: float) -> _Picked:
         return picked
     new_index = {0: 0} | {old: new for new, old in enumerate(keep, start=1)}
     order = [0, *keep]
-    return (
+    return _Picked(
         [tokens[i] for i in order],
         [-1] + [new_index[parents[i]] for i in keep],
         [kinds[i] for i in order],
@@ -138,7 +142,7 @@ def _select_bfs(trie: _TrieNode, budget: TreeBudget, shape: TreeShape, estimate:
         level = sorted(next_level, key=lambda item: -item[2])
         if not level:
             break
-    return tokens, parents, kinds, probs
+    return _Picked(tokens, parents, kinds, probs)
 
 
 def _select_prob(trie: _TrieNode, budget: TreeBudget, shape: TreeShape, estimate: Estimator) -> _Picked:
@@ -168,4 +172,4 @@ def _select_prob(trie: _TrieNode, budget: TreeBudget, shape: TreeShape, estimate
         kinds.append(kind)
         probs.append(-neg_prob)
         push_children(node, len(tokens) - 1, depth + 1, -neg_prob)
-    return tokens, parents, kinds, probs
+    return _Picked(tokens, parents, kinds, probs)

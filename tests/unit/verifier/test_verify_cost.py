@@ -68,7 +68,7 @@ def test_the_engine_measures_the_cost_and_scales_it_by_the_batch(
     drafter = BudgetRecorder(tiny_model.config.vocab_size)
     config = EngineConfig(model_path=tiny_path, max_total_tokens=512, speculation=SpeculationParams())
     engine = Engine(config, drafter, tiny_model)
-    measured = engine._verify_cost
+    measured = engine.verify_cost
     assert isinstance(measured, VerifyCost) and measured.step_s > 0.0
     engine.generate([greedy("a", 4), greedy("b", 4)])  # both decode in the same steps
     sent = {q.budget.node_cost for q in drafter.queries}
@@ -78,4 +78,4 @@ def test_the_engine_measures_the_cost_and_scales_it_by_the_batch(
 
 def test_without_a_drafter_nothing_is_measured(tiny_path: Path, tiny_model: CausalLM) -> None:
     engine = Engine(EngineConfig(model_path=tiny_path, max_total_tokens=512), None, tiny_model)
-    assert not isinstance(engine._verify_cost, VerifyCost)
+    assert not isinstance(engine.verify_cost, VerifyCost)
