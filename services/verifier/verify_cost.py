@@ -32,8 +32,11 @@ class VerifyCost:
     row_s: float  # each further row
 
     def node_cost(self, batch_size: int) -> float:
-        """One more tree node's cost, relative to a request's share of a step of `batch_size` decodes."""
-        return batch_size * self.row_s / self.step_s if self.step_s > 0 else 0.0
+        """One more tree node's cost, relative to a request's share of a step of `batch_size` decodes:
+        row / ((step + (batch - 1) * row) / batch). It tends to 1 as the batch grows (every row then
+        costs what a request's decoding row does), and to row / step for one request."""
+        step = self.step_s + (batch_size - 1) * self.row_s
+        return batch_size * self.row_s / step if step > 0 else 0.0
 
 
 @dataclass(frozen=True)

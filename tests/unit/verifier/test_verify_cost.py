@@ -38,7 +38,11 @@ def greedy(rid: str, n: int = 6) -> GenerationRequest:
 def test_a_node_costs_its_row_over_the_request_share_of_a_step() -> None:
     cost = VerifyCost(step_s=0.040, row_s=0.002)
     assert cost.node_cost(1) == pytest.approx(0.05)
-    assert cost.node_cost(4) == pytest.approx(0.2)  # four requests share the step's fixed part
+    # four requests share a step of 0.040 + 3 * 0.002 s: a node is 0.002 of each one's 0.0115 s
+    assert cost.node_cost(4) == pytest.approx(4 * 0.002 / 0.046)
+    # a large batch: a row costs nearly what a request's own decoding row does
+    assert cost.node_cost(1000) == pytest.approx(2.0 / 2.038)
+    assert cost.node_cost(1000) < 1.0
     assert VerifyCost(step_s=0.0, row_s=0.001).node_cost(1) == 0.0
 
 
