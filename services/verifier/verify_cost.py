@@ -12,14 +12,11 @@ block), and gives drafters the cost of one more node relative to a request's sha
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 
-import torch
-
 from treespec.shared.model.attention.backend import AttentionBackend
-from treespec.shared.model.attention.layout import BatchLayout, SequenceLayout
 from treespec.shared.model.causal_lm import CausalLM
+from treespec.shared.model.forward_timing import time_forward
 from treespec.shared.model.kv_cache import KVCache
 
 PROBE_CONTEXT = 512  # cached tokens the probe forwards attend to (fewer if the pool is smaller)
@@ -59,38 +56,10 @@ def measure_verify_cost(
     context = max(0, min(PROBE_CONTEXT, room - rows))
     one, many = [], []
     for repeat in range(PROBE_REPEATS + 1):
-        t1 = _time_forward(model, backend, cache, context, 1)
-        tn = _time_forward(model, backend, cache, context, rows)
+        t1 = time_forward(model, backend, cache, context, 1)
+        tn = time_forward(model, backend, cache, context, rows)
         if repeat > 0:  # the first round warms up
             one.append(t1)
             many.append(tn)
     step, big = statistics.median(one), statistics.median(many)
     return VerifyCost(step_s=step, row_s=max(0.0, big - step) / (rows - 1))
-
-
-def _time_forward(
-    model: CausalLM, backend: AttentionBackend, cache: KVCache, context: int, rows: int
-) -> float:
-    device = model.device
-    parents = torch.arange(rows) - 1 if rows > 1 else None  # a chain, verified as a tree
-    layout = BatchLayout(
-        [
-            SequenceLayout(
-                context, torch.arange(context + rows), torch.arange(context, context + rows), parents
-            )
-        ]
-    )
-    plan = backend.plan(layout, device)
-    ids = torch.zeros(rows, dtype=torch.long, device=device)
-    positions = layout.positions().to(device)
-    logits_rows = torch.arange(rows, device=device)
-    _synchronize(device)
-    start = time.perf_counter()
-    model.forward(ids, positions, backend, plan, cache, logits_rows)
-    _synchronize(device)
-    return time.perf_counter() - start
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)

@@ -6,6 +6,11 @@ almost a full step per extra node. oneDNN with weights reordered once into its b
 handles 1-16 rows in about the time of one (measured on the default model: an 8-node verify step
 ~1.5x a decode step instead of ~2.5x). Weights are therefore packed at load time on CPU in float32
 when oneDNN is there; elsewhere (GPU, other dtypes) they stay dense [in, out] for torch.mm.
+
+For a single row, though, the packed layout streams the weights more slowly than torch.mm over the
+dense ones on some CPUs (on these 2 cores a whole decode step took ~38 ms packed, ~31 ms dense). The
+layer weights can therefore be kept in both layouts (`DualLayout`): dense up to a row count that
+layout_probe.py measures once at load, packed above.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import logging
 
 import torch
 
+from treespec.shared.model.dual_layout import DualLayout, Weight
 from treespec.shared.model.weights import ModelWeights
 
 log = logging.getLogger(__name__)
@@ -21,8 +27,10 @@ log = logging.getLogger(__name__)
 PACK_ROWS_HINT = 8  # rows oneDNN tunes the packed layout for: a typical verify step
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x [T, in] @ weight (+ bias [out]); weight is dense [in, out] or packed by `pack_weight`."""
+def linear(x: torch.Tensor, weight: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [T, in] @ weight (+ bias [out]); weight is dense [in, out], packed by `pack_weight`, or both."""
+    if isinstance(weight, DualLayout):
+        weight = weight.for_rows(x.shape[0])
     if weight.is_mkldnn:
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
     return torch.mm(x, weight) if bias is None else torch.addmm(bias, x, weight)
@@ -47,14 +55,46 @@ def pack_weight(dense: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(dense.t().contiguous(), PACK_ROWS_HINT)
 
 
-def pack_model_weights(weights: ModelWeights) -> None:
-    """Repack every matmul weight in place, layer by layer (so that the dense copies go as we go). A
-    tied embedding gets its own dense copy first: lookups cannot read the packed lm_head."""
+def pack_model_weights(weights: ModelWeights, keep_dense: bool = False) -> None:
+    """Repack every matmul weight in place, layer by layer (so that the dense copies go as we go,
+    unless `keep_dense`: the layers' weights then become `DualLayout`s, dense for no rows until
+    `set_dense_rows` says otherwise). A tied embedding gets its own dense copy first: lookups cannot
+    read the packed lm_head."""
     if weights.embed is None:
         weights.embed = weights.lm_head.t().contiguous()
+
+    def pack(dense: Weight) -> Weight:
+        assert isinstance(dense, torch.Tensor)
+        return DualLayout(dense, pack_weight(dense)) if keep_dense else pack_weight(dense)
+
     for layer in weights.layers:
-        layer.attn.qkv = pack_weight(layer.attn.qkv)
-        layer.attn.o = pack_weight(layer.attn.o)
-        layer.mlp.gate_up = pack_weight(layer.mlp.gate_up)
-        layer.mlp.down = pack_weight(layer.mlp.down)
+        layer.attn.qkv = pack(layer.attn.qkv)
+        layer.attn.o = pack(layer.attn.o)
+        layer.mlp.gate_up = pack(layer.mlp.gate_up)
+        layer.mlp.down = pack(layer.mlp.down)
     weights.lm_head = pack_weight(weights.lm_head)
+
+
+def dual_layouts(weights: ModelWeights) -> list[DualLayout]:
+    return [
+        w
+        for layer in weights.layers
+        for w in (layer.attn.qkv, layer.attn.o, layer.mlp.gate_up, layer.mlp.down)
+        if isinstance(w, DualLayout)
+    ]
+
+
+def set_dense_rows(weights: ModelWeights, rows: int) -> None:
+    """Forwards of at most `rows` rows use the dense copies; 0 drops them (packed only, memory freed)."""
+    if rows > 0:
+        for w in dual_layouts(weights):
+            w.max_dense_rows = rows
+        return
+    for layer in weights.layers:
+        attn, mlp = layer.attn, layer.mlp
+        attn.qkv, attn.o = _packed(attn.qkv), _packed(attn.o)
+        mlp.gate_up, mlp.down = _packed(mlp.gate_up), _packed(mlp.down)
+
+
+def _packed(weight: Weight) -> Weight:
+    return weight.packed if isinstance(weight, DualLayout) else weight

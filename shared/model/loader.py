@@ -10,7 +10,8 @@ import torch
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.config import ModelConfig
 from treespec.shared.model.errors import ModelLoadError
-from treespec.shared.model.linear import pack_model_weights, packing_supported
+from treespec.shared.model.layout_probe import choose_dense_rows, dense_copies_fit
+from treespec.shared.model.linear import pack_model_weights, packing_supported, set_dense_rows
 from treespec.shared.model.rope import build_rope_tables
 from treespec.shared.model.weights import load_weights
 
@@ -22,6 +23,9 @@ class LoadOptions:
     device: str = "cpu"
     dtype: str = "auto"  # float32 on CPU, bfloat16 on GPU
     pack_weights: bool = True  # oneDNN's layout where it applies (CPU float32), see linear.py
+    # With packing: also keep the dense layer weights for forwards of few rows where they are faster
+    # (measured at load, layout_probe.py), if the copy takes at most a quarter of the RAM.
+    dense_small_forwards: bool = True
 
     def torch_dtype(self) -> torch.dtype:
         if self.dtype == "auto":
@@ -40,6 +44,11 @@ def load_model(path: Path, options: LoadOptions | None = None) -> CausalLM:
     device = torch.device(options.device)
     dtype = options.torch_dtype()
     weights = load_weights(path, config, dtype, device)
+    dual = False
     if options.pack_weights and packing_supported(device, dtype):
-        pack_model_weights(weights)
-    return CausalLM(config, weights, build_rope_tables(config, device))
+        dual = options.dense_small_forwards and dense_copies_fit(weights)
+        pack_model_weights(weights, keep_dense=dual)
+    model = CausalLM(config, weights, build_rope_tables(config, device))
+    if dual:
+        set_dense_rows(weights, choose_dense_rows(model))
+    return model

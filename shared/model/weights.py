@@ -14,18 +14,19 @@ from safetensors import SafetensorError, safe_open
 from tqdm import tqdm
 
 from treespec.shared.model.config import ModelConfig
+from treespec.shared.model.dual_layout import Weight
 from treespec.shared.model.errors import ModelLoadError
 
 # Linear weights are stored transposed, [in, out] contiguous, and applied as x @ w: for the few rows
 # of a decode or verify step, MKL's kernels are up to twice as fast on this layout as on HF's [out, in].
-# On CPU in float32 the loader then repacks them for oneDNN (linear.py).
+# On CPU in float32 the loader then repacks them for oneDNN, or keeps both layouts (linear.py).
 
 
 @dataclass
 class AttentionWeights:
-    qkv: torch.Tensor  # [hidden, q_size + 2 * kv_size]: q, k and v projections fused into one matmul
+    qkv: Weight  # [hidden, q_size + 2 * kv_size]: q, k and v projections fused into one matmul
     qkv_bias: torch.Tensor | None  # [q_size + 2 * kv_size] (Qwen2)
-    o: torch.Tensor  # [q_size, hidden]
+    o: Weight  # [q_size, hidden]
     o_bias: torch.Tensor | None  # [hidden] (Llama/Mistral with attention_bias; Qwen2 has none)
     q_norm: torch.Tensor | None  # [head_dim] (Qwen3)
     k_norm: torch.Tensor | None  # [head_dim] (Qwen3)
@@ -33,9 +34,9 @@ class AttentionWeights:
 
 @dataclass
 class MlpWeights:
-    gate_up: torch.Tensor  # [hidden, 2 * intermediate]: gate and up fused
+    gate_up: Weight  # [hidden, 2 * intermediate]: gate and up fused
     gate_up_bias: torch.Tensor | None
-    down: torch.Tensor  # [intermediate, hidden]
+    down: Weight  # [intermediate, hidden]
     down_bias: torch.Tensor | None
 
 
