@@ -85,6 +85,7 @@ def run(config: TrainEagleConfig) -> dict[str, object]:
     resumed = trainer.resume(shape)
     report = trainer.train()
     save_head(head, config.output, dtype=torch.bfloat16)
+    held = trainer.evaluate(held_out)
     record: dict[str, object] = {
         "format": config.format.value,
         "target": str(config.target),
@@ -104,7 +105,8 @@ def run(config: TrainEagleConfig) -> dict[str, object]:
         "train_tokens_this_run": report.tokens,
         "train_accuracy_per_step": [round(a, 4) for a in report.accuracy],
         "held_out_sequences": len(held_out),
-        "held_out_accuracy_per_step": [round(a, 4) for a in trainer.evaluate(held_out)],
+        "held_out_accuracy_per_step": [round(a, 4) for a in held.all_positions],
+        "held_out_answer_accuracy_per_step": [round(a, 4) for a in held.answers],
         "size_bytes": (config.output / "model.safetensors").stat().st_size,
     }
     (config.output / RECORD_FILE).write_text(json.dumps(record, indent=2) + "\n")

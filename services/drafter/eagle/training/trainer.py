@@ -19,7 +19,7 @@ from tqdm import tqdm
 from treespec.drafter.eagle.checkpoint import TargetShape, load_head, save_head
 from treespec.drafter.eagle.head import EagleHead
 from treespec.drafter.eagle.training.dataset import Sequence
-from treespec.drafter.eagle.training.unrolled import StepResult, TrainingTargets, unrolled_loss
+from treespec.drafter.eagle.training.unrolled import TrainingTargets, unrolled_loss
 
 CHECKPOINT_DIR = "checkpoint"
 STATE_FILE = "trainer_state.pt"
@@ -49,6 +49,15 @@ class TrainReport:
     seconds: float
     tokens: int
     accuracy: list[float]  # top-1 per unrolled step, over the last ACCURACY_WINDOW steps' rows
+
+
+@dataclass(frozen=True)
+class HeldOutAccuracy:
+    """Top-1 agreement with the target per unrolled step: over every position, and over the rows
+    predicting an answer's tokens (what drafting meets when serving)."""
+
+    all_positions: list[float]
+    answers: list[float]
 
 
 class Trainer:
@@ -114,12 +123,12 @@ class Trainer:
             for seq in batch:
                 result = unrolled_loss(self.head, seq, self.targets, s.ttt_steps, s.ttt_decay)
                 (result.loss * (seq.input_ids.shape[0] / size)).backward()
-                _tally(result, hits, counts)
+                _tally(result.correct, result.counted, hits, counts)
             torch.nn.utils.clip_grad_norm_(self.head.parameters(), s.grad_clip)
             self.optimizer.step()
             self.step += 1
             tokens += size
-            accuracy = [h / c if c else 0.0 for h, c in zip(hits, counts, strict=True)]
+            accuracy = _ratios(hits, counts)
             bar.set_postfix(acc=" ".join(f"{a:.2f}" for a in accuracy))
             bar.update(1)
             if self.step % ACCURACY_WINDOW == 0:
@@ -129,19 +138,21 @@ class Trainer:
                 self.save_checkpoint()
         bar.close()
         self.head.eval()
-        accuracy = [h / c for h, c in zip(hits, counts, strict=True)] if any(counts) else last_window
+        accuracy = _ratios(hits, counts) if any(counts) else last_window
         return TrainReport(self.step, time.monotonic() - start, tokens, accuracy)
 
     @torch.no_grad()
-    def evaluate(self, sequences: list[Sequence]) -> list[float]:
+    def evaluate(self, sequences: list[Sequence]) -> HeldOutAccuracy:
         """Top-1 accuracy per unrolled step on sequences the head did not train on."""
         s = self.settings
         hits, counts = [0] * s.ttt_steps, [0] * s.ttt_steps
+        answer_hits, answer_counts = [0] * s.ttt_steps, [0] * s.ttt_steps
         self.head.eval()
         for seq in sequences:
             result = unrolled_loss(self.head, seq.cut(s.max_sequence), self.targets, s.ttt_steps, s.ttt_decay)
-            _tally(result, hits, counts)
-        return [h / c if c else 0.0 for h, c in zip(hits, counts, strict=True)]
+            _tally(result.correct, result.counted, hits, counts)
+            _tally(result.answer_correct, result.answer_counted, answer_hits, answer_counts)
+        return HeldOutAccuracy(_ratios(hits, counts), _ratios(answer_hits, answer_counts))
 
     def _set_lr(self) -> None:
         s = self.settings
@@ -178,8 +189,12 @@ def split_held_out(
     return train, held
 
 
-def _tally(result: StepResult, hits: list[int], counts: list[int]) -> None:
+def _tally(correct: list[int], counted: list[int], hits: list[int], counts: list[int]) -> None:
     """Add one sequence's per-step correct and counted rows."""
-    for j, (hit, count) in enumerate(zip(result.correct, result.counted, strict=True)):
+    for j, (hit, count) in enumerate(zip(correct, counted, strict=True)):
         hits[j] += hit
         counts[j] += count
+
+
+def _ratios(hits: list[int], counts: list[int]) -> list[float]:
+    return [h / c if c else 0.0 for h, c in zip(hits, counts, strict=True)]

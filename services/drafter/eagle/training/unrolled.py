@@ -11,7 +11,9 @@ there when the data holds it (its top-k tokens and probabilities: soft labels, a
 else its greedy token. Losses: EAGLE-3: cross-entropy over the draft vocabulary (the soft labels
 renormalised over the tokens it holds; positions whose greedy token is outside it are left out).
 EAGLE(-2): smooth-L1 between the output and the target's feature of the next position, plus
-0.1 x cross-entropy through the target's lm_head. Accuracy always counts agreement with the greedy token.
+0.1 x cross-entropy through the target's lm_head. Accuracy always counts agreement with the greedy token,
+over every position and, apart, over the answers' (where the head drafts when serving: the template
+and the user turn are easier or harder to predict than answers, so they would blur the figure).
 """
 
 from __future__ import annotations
@@ -39,6 +41,24 @@ class StepResult:
     loss: torch.Tensor  # weighted sum over steps (a scalar with grad)
     correct: list[int]  # per step: rows whose top-1 prediction was the target's token
     counted: list[int]  # per step: rows in the loss
+    answer_correct: list[int]  # per step: the same, for rows predicting a token of the answer
+    answer_counted: list[int]
+
+
+@dataclass(frozen=True)
+class _Hits:
+    correct: int
+    counted: int
+    answer_correct: int
+    answer_counted: int
+
+    @classmethod
+    def of(cls, hit: torch.Tensor, answer: torch.Tensor) -> _Hits:
+        """hit, answer: [rows] bool: top-1 right; the row predicts a token of the answer."""
+        return cls(int(hit.sum()), int(hit.numel()), int((hit & answer).sum()), int(answer.sum()))
+
+
+NO_HITS = _Hits(0, 0, 0, 0)
 
 
 def unrolled_loss(
@@ -51,7 +71,7 @@ def unrolled_loss(
     keys: list[torch.Tensor] = []
     values: list[torch.Tensor] = []
     total = torch.zeros(())
-    correct, counted = [], []
+    hits: list[_Hits] = []
     for j in range(steps):
         token_at = (rows + 1 + j).clamp(max=n - 1)
         embeds = targets.embed[ids[token_at]]
@@ -62,14 +82,19 @@ def unrolled_loss(
         out = head.finish(li.residual, attend(qkv.q, torch.cat(keys), torch.cat(values), _mask(n, j)))
         label_at = rows + 1 + j  # the target's greedy token after position i + 1 + j
         valid = label_at < n
-        loss, hit, count = _step_loss(
+        loss, step_hits = _step_loss(
             head, out.for_logits, out.hidden, seq, label_at.clamp(max=n - 1), valid, targets
         )
         total = total + (decay**j) * loss
-        correct.append(hit)
-        counted.append(count)
+        hits.append(step_hits)
         hidden = out.hidden
-    return StepResult(total, correct, counted)
+    return StepResult(
+        total,
+        [h.correct for h in hits],
+        [h.counted for h in hits],
+        [h.answer_correct for h in hits],
+        [h.answer_counted for h in hits],
+    )
 
 
 def _mask(n: int, j: int) -> torch.Tensor:
@@ -86,27 +111,27 @@ def _step_loss(
     label_at: torch.Tensor,
     valid: torch.Tensor,
     targets: TrainingTargets,
-) -> tuple[torch.Tensor, int, int]:
+) -> tuple[torch.Tensor, _Hits]:
     labels = seq.next_argmax[label_at]
+    answer = label_at + 1 >= seq.answer_start  # the predicted token (after position label_at) is the answer's
     if head.config.is_eagle3:
         assert targets.draft_index is not None
         draft_labels = targets.draft_index[labels]
         keep = valid & (draft_labels >= 0)
         if not bool(keep.any()):
-            return torch.zeros(()), 0, 0
+            return torch.zeros(()), NO_HITS
         logits = head.lm_head(for_logits[keep])
         loss = _token_loss(logits, seq, label_at[keep], draft_labels[keep], targets.draft_index)
-        hit = int((logits.argmax(-1) == draft_labels[keep]).sum())
-        return loss, hit, int(keep.sum())
+        return loss, _Hits.of(logits.argmax(-1) == draft_labels[keep], answer[keep])
     assert targets.lm_head is not None
     if not bool(valid.any()):
-        return torch.zeros(()), 0, 0
+        return torch.zeros(()), NO_HITS
     feature_next = seq.features[label_at].float()
     regression = F.smooth_l1_loss(out_hidden[valid], feature_next[valid])
     logits = for_logits[valid] @ targets.lm_head.t()
     token = _token_loss(logits, seq, label_at[valid], labels[valid])
-    hit = int((logits.argmax(-1) == labels[valid]).sum())
-    return regression + TOKEN_LOSS_WEIGHT_EAGLE * token, hit, int(valid.sum())
+    hits = _Hits.of(logits.argmax(-1) == labels[valid], answer[valid])
+    return regression + TOKEN_LOSS_WEIGHT_EAGLE * token, hits
 
 
 def _token_loss(

@@ -175,6 +175,30 @@ def test_soft_labels_are_the_target_distribution_over_the_draft_vocabulary(tmp_p
     assert not torch.allclose(soft_loss, hard_loss)
 
 
+def test_answer_accuracy_counts_only_rows_that_predict_an_answer_token(tmp_path: Path) -> None:
+    """Row i of step j predicts the token at i + 2 + j: it counts for the answer's accuracy when that
+    token lies at or after the answer's start; the all-positions counts hold those rows too."""
+    head = load_head(write_eagle3(tmp_path / "h", HIDDEN, VOCAB, LAYERS), _tiny_shape())
+    n, answer_start, steps = 14, 9, 3
+    g = torch.Generator().manual_seed(4)
+    ids = torch.randint(3, VOCAB, (n,), generator=g)
+    seq = Sequence(
+        ids, torch.randn(n, 3 * HIDDEN, generator=g), torch.randint(3, VOCAB, (n,), generator=g), answer_start
+    )
+    targets = TrainingTargets(torch.randn(VOCAB, HIDDEN, generator=g), None, torch.arange(VOCAB))
+    with torch.no_grad():
+        result = unrolled_loss(head, seq, targets, steps, 0.8)
+        outputs = _unrolled_outputs(head, seq, targets, steps)
+    for j, out in enumerate(outputs):
+        rows = [i for i in range(n) if i + 1 + j < n]  # label_at = i + 1 + j inside the sequence
+        answer_rows = [i for i in rows if i + 2 + j >= answer_start]
+        predicted = head.lm_head(out.for_logits).argmax(-1)
+        right = {i for i in rows if int(predicted[i]) == int(seq.next_argmax[i + 1 + j])}
+        assert result.counted[j] == len(rows) and result.correct[j] == len(right)
+        assert result.answer_counted[j] == len(answer_rows) == n - answer_start + 1
+        assert result.answer_correct[j] == len(right & set(answer_rows))
+
+
 # ---- (b) the draft vocabulary ------------------------------------------------------------------
 
 
@@ -350,6 +374,8 @@ def test_train_eagle_cli_end_to_end(smol_tiny: Path, tmp_path: Path) -> None:
     assert first["data"]["answer_tokens"] == manifest.num_answer_tokens
     assert first["data"]["tokens"] == manifest.num_tokens
     assert first["train"]["steps"] == 4 and first["draft_vocab"] == 256
+    for key in ("held_out_accuracy_per_step", "held_out_answer_accuracy_per_step"):
+        assert len(first[key]) == 4 and all(0.0 <= a <= 1.0 for a in first[key])  # --ttt-steps default
     assert torch.load(out / "checkpoint" / "trainer_state.pt", weights_only=False)["step"] == 4
 
     # Resume: training goes on from step 4; the data stage finds its data and makes none.
