@@ -10,6 +10,7 @@ import itertools
 import json
 import logging
 import queue
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ from treespec.verifier.scheduler import Scheduler
 from treespec.verifier.state import Phase, RequestState
 from treespec.verifier.stats import SpecStats
 from treespec.verifier.verify_cost import FixedNodeCost, VerifyCost, measure_verify_cost
+from treespec.verifier.verify_cost_fit import OnlineVerifyCost
 from treespec.verifier.verify_stage import verify
 
 log = logging.getLogger(__name__)
@@ -119,8 +121,13 @@ class Engine:
             return outputs
         trees = self._draft.trees(batch.decodes, self._verify_cost.node_cost(len(batch.decodes)))
         ring = self.drafter.feature_ring if self.drafter is not None else None
+        start = time.perf_counter()
         result = self._forward.run(batch, trees, ring.spec if ring is not None else None)
-        for out in self._commit.run(result, verify(result)):
+        verdicts = verify(result)
+        if isinstance(self._verify_cost, OnlineVerifyCost) and not batch.prefills:
+            rows = sum(item.num_new for item in result.items)
+            self._verify_cost.observe(rows, time.perf_counter() - start)
+        for out in self._commit.run(result, verdicts):
             outputs.append(out)
             if out.finished:
                 self._finish(self._states[out.request_id])
@@ -149,8 +156,16 @@ class Engine:
 
     @property
     def verify_cost(self) -> VerifyCost | FixedNodeCost:
-        """What this engine tells drafters a draft node costs (measured, or configured)."""
-        return self._verify_cost
+        """What this engine tells drafters a draft node costs: configured, or measured at start and
+        refined from its decode steps since (verify_cost_fit.py)."""
+        cost = self._verify_cost
+        return cost.current if isinstance(cost, OnlineVerifyCost) else cost
+
+    @property
+    def verify_cost_observations(self) -> int:
+        """Decode steps the measured cost has been refined with (0 with a configured cost)."""
+        cost = self._verify_cost
+        return cost.observations if isinstance(cost, OnlineVerifyCost) else 0
 
     def measure_verify_cost(self, tree_nodes: int) -> VerifyCost:
         """Time forwards of 1 and `tree_nodes` rows; only while no request holds KV blocks (the probe
@@ -212,8 +227,9 @@ class Engine:
         del self._states[state.request_id]
         self._drafter_call("close", state.request_id)
 
-    def _node_cost_model(self) -> VerifyCost | FixedNodeCost:
-        """The configured node cost, or (with a drafter) one measured now, while the pool is free."""
+    def _node_cost_model(self) -> OnlineVerifyCost | FixedNodeCost:
+        """The configured node cost, or (with a drafter) one measured now, while the pool is free, and
+        refined from the decode steps to come."""
         if self.config.node_cost is not None:
             return FixedNodeCost(self.config.node_cost)
         if self.drafter is None:
@@ -226,7 +242,7 @@ class Engine:
             cost.row_s * 1e3,
             cost.node_cost(1),
         )
-        return cost
+        return OnlineVerifyCost(cost)
 
     def _drafter_call(self, method: str, *args: object) -> None:
         if self.drafter is None:

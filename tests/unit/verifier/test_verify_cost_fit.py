@@ -1,0 +1,80 @@
+"""The measured verify cost follows the engine's own decode steps: a line fitted through (rows, seconds)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.unit.verifier.test_verify_cost import BudgetRecorder, greedy
+from treespec.shared.model.causal_lm import CausalLM
+from treespec.verifier.config import EngineConfig
+from treespec.verifier.engine import Engine
+from treespec.verifier.request import SpeculationParams
+from treespec.verifier.verify_cost import VerifyCost
+from treespec.verifier.verify_cost_fit import MIN_WEIGHT, OnlineVerifyCost
+
+PRIOR = VerifyCost(step_s=0.040, row_s=0.002)
+
+
+def feed(cost: OnlineVerifyCost, step_s: float, row_s: float, rows: list[int], times: int = 1) -> None:
+    for _ in range(times):
+        for r in rows:
+            cost.observe(r, step_s + (r - 1) * row_s)
+
+
+def test_the_probe_stands_until_enough_steps_are_seen() -> None:
+    cost = OnlineVerifyCost(PRIOR)
+    feed(cost, 0.030, 0.006, [1, 5, 9], times=int(MIN_WEIGHT) // 3 - 1)
+    assert cost.current == PRIOR and cost.node_cost(1) == pytest.approx(0.05)
+
+
+def test_steps_of_varied_sizes_give_their_own_line() -> None:
+    cost = OnlineVerifyCost(PRIOR)
+    feed(cost, 0.030, 0.006, [1, 3, 5, 9, 2], times=20)
+    assert cost.current.step_s == pytest.approx(0.030)
+    assert cost.current.row_s == pytest.approx(0.006)
+    assert cost.node_cost(1) == pytest.approx(0.2)
+    assert cost.observations == 100
+
+
+def test_one_row_steps_only_scale_the_probe_and_keep_its_node_cost() -> None:
+    cost = OnlineVerifyCost(PRIOR)
+    feed(cost, 0.080, 0.0, [1], times=50)  # twice as slow, no drafts: the split cannot be seen
+    assert cost.current.step_s == pytest.approx(0.080)
+    assert cost.node_cost(1) == pytest.approx(PRIOR.node_cost(1))
+    assert cost.node_cost(8) == pytest.approx(PRIOR.node_cost(8))
+
+
+def test_recent_steps_outweigh_old_ones() -> None:
+    cost = OnlineVerifyCost(PRIOR, half_life=20.0)
+    feed(cost, 0.030, 0.006, [1, 4, 8], times=30)
+    feed(cost, 0.060, 0.001, [1, 4, 8], times=60)  # the machine got busy: rows relatively cheap
+    assert cost.current.step_s == pytest.approx(0.060, rel=0.02)
+    assert cost.current.row_s == pytest.approx(0.001, rel=0.1)
+
+
+def test_nonsense_observations_are_ignored() -> None:
+    cost = OnlineVerifyCost(PRIOR)
+    cost.observe(0, 0.05)
+    cost.observe(3, 0.0)
+    cost.observe(3, float("nan"))
+    assert cost.observations == 0
+
+
+def test_the_engine_refines_its_measured_cost_from_decode_steps_only(
+    tiny_path: Path, tiny_model: CausalLM
+) -> None:
+    drafter = BudgetRecorder(tiny_model.config.vocab_size)
+    config = EngineConfig(model_path=tiny_path, max_total_tokens=512, speculation=SpeculationParams())
+    engine = Engine(config, drafter, tiny_model)
+    engine.generate([greedy("a", 10)])
+    # The first step prefills the prompt; each later one decodes (with or without a tree).
+    decode_steps = len(drafter.queries)
+    assert decode_steps >= 1 and engine.verify_cost_observations == decode_steps
+
+    fixed = Engine(
+        EngineConfig(model_path=tiny_path, max_total_tokens=512, node_cost=0.1), drafter, tiny_model
+    )
+    fixed.generate([greedy("b", 10)])
+    assert fixed.verify_cost_observations == 0
