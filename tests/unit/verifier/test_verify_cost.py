@@ -35,6 +35,13 @@ def greedy(rid: str, n: int = 6) -> GenerationRequest:
     return GenerationRequest(rid, [3, 1, 4, 1, 5, 9], SamplingParams(temperature=0.0, max_new_tokens=n))
 
 
+def measuring_engine(tiny_path: Path, tiny_model: CausalLM) -> tuple[Engine, BudgetRecorder]:
+    """An engine with a drafter and no configured node cost: it measures its own."""
+    drafter = BudgetRecorder(tiny_model.config.vocab_size)
+    config = EngineConfig(model_path=tiny_path, max_total_tokens=512, speculation=SpeculationParams())
+    return Engine(config, drafter, tiny_model), drafter
+
+
 def test_a_node_costs_its_row_over_the_request_share_of_a_step() -> None:
     cost = VerifyCost(step_s=0.040, row_s=0.002)
     assert cost.node_cost(1) == pytest.approx(0.05)
@@ -69,9 +76,7 @@ def test_the_engine_sends_drafters_the_configured_node_cost(tiny_path: Path, tin
 def test_the_engine_measures_the_cost_and_scales_it_by_the_batch(
     tiny_path: Path, tiny_model: CausalLM
 ) -> None:
-    drafter = BudgetRecorder(tiny_model.config.vocab_size)
-    config = EngineConfig(model_path=tiny_path, max_total_tokens=512, speculation=SpeculationParams())
-    engine = Engine(config, drafter, tiny_model)
+    engine, drafter = measuring_engine(tiny_path, tiny_model)
     measured = engine.verify_cost
     assert isinstance(measured, VerifyCost) and measured.step_s > 0.0
     engine.generate([greedy("a", 4), greedy("b", 4)])  # both decode in the same steps

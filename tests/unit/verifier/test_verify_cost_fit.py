@@ -6,11 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.verifier.test_verify_cost import BudgetRecorder, greedy
+from tests.unit.verifier.test_verify_cost import greedy, measuring_engine
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine
-from treespec.verifier.request import SpeculationParams
 from treespec.verifier.verify_cost import VerifyCost
 from treespec.verifier.verify_cost_fit import MIN_WEIGHT, OnlineVerifyCost
 
@@ -65,9 +64,7 @@ def test_nonsense_observations_are_ignored() -> None:
 def test_the_engine_refines_its_measured_cost_from_decode_steps_only(
     tiny_path: Path, tiny_model: CausalLM
 ) -> None:
-    drafter = BudgetRecorder(tiny_model.config.vocab_size)
-    config = EngineConfig(model_path=tiny_path, max_total_tokens=512, speculation=SpeculationParams())
-    engine = Engine(config, drafter, tiny_model)
+    engine, drafter = measuring_engine(tiny_path, tiny_model)
     engine.generate([greedy("a", 10)])
     # The first step prefills the prompt; each later one decodes (with or without a tree).
     decode_steps = len(drafter.queries)
