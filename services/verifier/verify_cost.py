@@ -3,10 +3,10 @@
 A decoding forward costs about a fixed part (reading every weight once, per-step overheads) plus a
 part per row. On a GPU at small batches the per-row part is near zero; on a CPU one row costs a few
 percent of a step, so a node that will likely be rejected slows decoding down. The engine measures
-both parts once, as it starts, by timing forwards over scratch KV slots (before any request holds a
-block), and gives drafters the cost of one more node relative to a request's share of a step
-(`TreeBudget.node_cost`); drafters keep a node only while it pays for itself
-(shared/drafting/tree_value.py).
+both parts as it starts, by timing forwards over scratch KV slots (before any request holds a block),
+refines them from its own decode steps while serving (verify_cost_fit.py), and gives drafters the cost
+of one more node relative to a request's share of a step (`TreeBudget.node_cost`); drafters keep a
+node only while it pays for itself (shared/drafting/tree_value.py).
 """
 
 from __future__ import annotations
