@@ -38,7 +38,7 @@ def dense_copies_fit(weights: ModelWeights) -> bool:
     size = sum(
         w.numel() * w.element_size()
         for layer in weights.layers
-        for w in (layer.attn.qkv, layer.attn.o, layer.mlp.gate_up, layer.mlp.down)
+        for w in layer.matmuls()
         if isinstance(w, torch.Tensor)
     )
     return size <= MEMORY_SHARE * _physical_memory()

@@ -68,20 +68,12 @@ def pack_model_weights(weights: ModelWeights, keep_dense: bool = False) -> None:
         return DualLayout(dense, pack_weight(dense)) if keep_dense else pack_weight(dense)
 
     for layer in weights.layers:
-        layer.attn.qkv = pack(layer.attn.qkv)
-        layer.attn.o = pack(layer.attn.o)
-        layer.mlp.gate_up = pack(layer.mlp.gate_up)
-        layer.mlp.down = pack(layer.mlp.down)
+        layer.map_matmuls(pack)
     weights.lm_head = pack_weight(weights.lm_head)
 
 
 def dual_layouts(weights: ModelWeights) -> list[DualLayout]:
-    return [
-        w
-        for layer in weights.layers
-        for w in (layer.attn.qkv, layer.attn.o, layer.mlp.gate_up, layer.mlp.down)
-        if isinstance(w, DualLayout)
-    ]
+    return [w for layer in weights.layers for w in layer.matmuls() if isinstance(w, DualLayout)]
 
 
 def set_dense_rows(weights: ModelWeights, rows: int) -> None:
@@ -91,9 +83,7 @@ def set_dense_rows(weights: ModelWeights, rows: int) -> None:
             w.max_dense_rows = rows
         return
     for layer in weights.layers:
-        attn, mlp = layer.attn, layer.mlp
-        attn.qkv, attn.o = _packed(attn.qkv), _packed(attn.o)
-        mlp.gate_up, mlp.down = _packed(mlp.gate_up), _packed(mlp.down)
+        layer.map_matmuls(_packed)
 
 
 def _packed(weight: Weight) -> Weight:

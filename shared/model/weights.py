@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +46,17 @@ class LayerWeights:
     post_attention_norm: torch.Tensor  # [hidden]
     attn: AttentionWeights
     mlp: MlpWeights
+
+    def matmuls(self) -> tuple[Weight, ...]:
+        """The layer's matmul weights (its biases and norms aside)."""
+        return (self.attn.qkv, self.attn.o, self.mlp.gate_up, self.mlp.down)
+
+    def map_matmuls(self, fn: Callable[[Weight], Weight]) -> None:
+        """Replace each matmul weight by fn(weight), in place, one after the other."""
+        self.attn.qkv = fn(self.attn.qkv)
+        self.attn.o = fn(self.attn.o)
+        self.mlp.gate_up = fn(self.mlp.gate_up)
+        self.mlp.down = fn(self.mlp.down)
 
 
 @dataclass

@@ -13,23 +13,20 @@ from tests.unit.model.test_forward_vs_hf import TINY, make_checkpoint, rel_err
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.dual_layout import DualLayout
 from treespec.shared.model.layout_probe import PROBE_ROWS, choose_dense_rows
-from treespec.shared.model.linear import dual_layouts, linear, pack_weight, set_dense_rows
+from treespec.shared.model.linear import (
+    dual_layouts,
+    linear,
+    pack_model_weights,
+    pack_weight,
+    set_dense_rows,
+)
 from treespec.shared.model.loader import LoadOptions, load_model
 
 
 def _dual_by_hand(path: Path) -> CausalLM:
-    """The model packed only, then every layer weight made dual again (dense for no rows yet)."""
-    model = load_model(path, LoadOptions(dense_small_forwards=False))
-    for layer in model.weights.layers:
-        for holder, name in (
-            (layer.attn, "qkv"),
-            (layer.attn, "o"),
-            (layer.mlp, "gate_up"),
-            (layer.mlp, "down"),
-        ):
-            packed = getattr(holder, name)
-            assert packed.is_mkldnn
-            setattr(holder, name, DualLayout(packed.to_dense().t().contiguous(), packed))  # [out, in] packed
+    """The model with every layer weight in both layouts, dense for no rows yet (no probe run)."""
+    model = load_model(path, LoadOptions(pack_weights=False))
+    pack_model_weights(model.weights, keep_dense=True)
     return model
 
 
