@@ -54,6 +54,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="K",
         help="keep the target's K most likely next tokens per position and train on them (0: greedy only)",
     )
+    parser.add_argument(
+        "--init-head",
+        default=None,
+        metavar="DIR",
+        help="start from this head (public format; its weights and draft vocabulary), e.g. to go on "
+        "training a shipped head on new data; default: a fresh head",
+    )
     parser.add_argument("--steps", type=non_negative_int, default=600, help="optimizer steps")
     parser.add_argument("--batch-tokens", type=positive_int, default=4096, help="tokens per optimizer step")
     parser.add_argument("--lr", type=positive_float, default=5e-4)
@@ -115,6 +122,7 @@ def _run(args: argparse.Namespace) -> int:
             answer_tokens=args.answer_tokens,
             top_k=args.soft_labels,
             data_dtype=args.data_dtype,
+            init_head=Path(args.init_head).expanduser() if args.init_head else None,
         )
     )
     print(json.dumps(record, indent=2))

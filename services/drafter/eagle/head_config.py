@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from treespec.shared.model.config import ModelConfig
+from treespec.shared.model.errors import ModelLoadError
 
 
 class EagleFormat(enum.Enum):
@@ -31,8 +32,9 @@ ARCHITECTURES = {
 GENERIC_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 
 
-class HeadConfigError(ValueError):
-    """A head checkpoint that cannot be read, or that does not fit the target."""
+class HeadConfigError(ModelLoadError, ValueError):
+    """A head checkpoint that cannot be read, or that does not fit the target (a ValueError too, as
+    the drafter registry reports bad options)."""
 
 
 @dataclass(frozen=True)

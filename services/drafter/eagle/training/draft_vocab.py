@@ -33,12 +33,25 @@ class DraftVocab:
 
 def choose_draft_vocab(sequences: list[Sequence], vocab_size: int, size: int) -> DraftVocab:
     """The `size` target tokens most often generated (the target's greedy next tokens in the answers)."""
+    counts = _generated_counts(sequences, vocab_size)
+    size = min(size, vocab_size)
+    return _over(counts.topk(size).indices.sort().values, counts)
+
+
+def given_draft_vocab(target_ids: torch.Tensor, sequences: list[Sequence], vocab_size: int) -> DraftVocab:
+    """An existing head's draft vocabulary (`target_ids`, ascending), with its coverage of this data."""
+    return _over(target_ids.sort().values, _generated_counts(sequences, vocab_size))
+
+
+def _generated_counts(sequences: list[Sequence], vocab_size: int) -> torch.Tensor:
     counts = torch.zeros(vocab_size, dtype=torch.long)
     for s in sequences:
         generated = s.next_argmax[max(0, s.answer_start - 1) :]
         counts += torch.bincount(generated, minlength=vocab_size)
-    size = min(size, vocab_size)
-    top = counts.topk(size).indices.sort().values
+    return counts
+
+
+def _over(target_ids: torch.Tensor, counts: torch.Tensor) -> DraftVocab:
     total = int(counts.sum())
-    coverage = float(counts[top].sum()) / total if total else 0.0
-    return DraftVocab(top, coverage)
+    coverage = float(counts[target_ids].sum()) / total if total else 0.0
+    return DraftVocab(target_ids, coverage)

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import torch
 
-from treespec.drafter.eagle.checkpoint import TargetShape, feature_spec, save_head
+from treespec.drafter.eagle.checkpoint import TargetShape, feature_spec, load_head, save_head
 from treespec.drafter.eagle.head import EagleHead
-from treespec.drafter.eagle.head_config import EagleFormat, EagleHeadConfig
+from treespec.drafter.eagle.head_config import EagleFormat, EagleHeadConfig, HeadConfigError
 from treespec.drafter.eagle.target_features import default_aux_layer_ids
 from treespec.drafter.eagle.training.conversations import ConversationSettings
 from treespec.drafter.eagle.training.data_stage import DataSettings, build_dataset
-from treespec.drafter.eagle.training.dataset import read_all
-from treespec.drafter.eagle.training.draft_vocab import choose_draft_vocab
+from treespec.drafter.eagle.training.dataset import Sequence, read_all
+from treespec.drafter.eagle.training.draft_vocab import DraftVocab, choose_draft_vocab, given_draft_vocab
 from treespec.drafter.eagle.training.trainer import Trainer, TrainSettings, split_held_out
 from treespec.drafter.eagle.training.unrolled import TrainingTargets
 from treespec.shared.drafting.features import FeatureSpec
@@ -41,13 +41,15 @@ class TrainEagleConfig:
     answer_tokens: int = 256
     top_k: int = 16  # soft labels stored per position (0: train on the greedy token only)
     data_dtype: str = "auto"
+    init_head: Path | None = None  # start from this head (its weights and draft vocabulary)
 
 
 def run(config: TrainEagleConfig) -> dict[str, object]:
     started = time.monotonic()
     target_config = ModelConfig.from_dir(config.target)
     shape = TargetShape(target_config.hidden_size, target_config.vocab_size, target_config.num_layers)
-    head_config = _head_config(target_config, config)
+    init = _warm_start(config.init_head, shape, config.format) if config.init_head is not None else None
+    head_config = init.config if init is not None else _head_config(target_config, config)
     spec: FeatureSpec = feature_spec(head_config, shape)
     manifest = build_dataset(
         DataSettings(
@@ -68,18 +70,14 @@ def run(config: TrainEagleConfig) -> dict[str, object]:
     w = model.weights
     embed = (w.embed if w.embed is not None else w.lm_head.t()).float()
     lm_head = w.lm_head.t().float()  # [V, H] rows
-    if head_config.is_eagle3:
-        vocab = choose_draft_vocab(sequences, target_config.vocab_size, config.draft_vocab)
-        head_config = _with_draft_vocab(head_config, int(vocab.target_ids.shape[0]))
-        head = _init_eagle3_head(head_config, lm_head[vocab.target_ids], w.norm.float())
-        head.get_buffer("d2t").copy_(vocab.d2t)
-        head.get_buffer("t2d").copy_(vocab.t2d(target_config.vocab_size))
-        targets = TrainingTargets(embed, None, vocab.draft_index(target_config.vocab_size))
-        coverage: float | None = vocab.coverage
-    else:
-        head = EagleHead(head_config)
-        targets = TrainingTargets(embed, lm_head, None)
-        coverage = None
+    vocab_size = target_config.vocab_size
+    head, vocab = _starting_head(config, init, head_config, sequences, lm_head, w.norm.float())
+    targets = TrainingTargets(
+        embed,
+        None if vocab is not None else lm_head,
+        None if vocab is None else vocab.draft_index(vocab_size),
+    )
+    coverage = None if vocab is None else vocab.coverage
     del model
     trainer = Trainer(head, targets, sequences, config.train)
     resumed = trainer.resume(shape)
@@ -99,6 +97,7 @@ def run(config: TrainEagleConfig) -> dict[str, object]:
         "draft_vocab": head.config.draft_vocab_size,
         "draft_vocab_coverage": coverage,
         "train": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config.train).items()},
+        "init_head": None if config.init_head is None else str(config.init_head),
         "resumed": resumed,
         "steps": report.steps,
         "train_seconds_this_run": round(report.seconds, 1),
@@ -142,6 +141,38 @@ def _head_config(target: ModelConfig, config: TrainEagleConfig) -> EagleHeadConf
 
 def _with_draft_vocab(config: EagleHeadConfig, size: int) -> EagleHeadConfig:
     return replace(config, draft_vocab_size=size)
+
+
+def _starting_head(
+    config: TrainEagleConfig,
+    init: EagleHead | None,
+    head_config: EagleHeadConfig,
+    sequences: list[Sequence],
+    lm_head: torch.Tensor,
+    norm: torch.Tensor,
+) -> tuple[EagleHead, DraftVocab | None]:
+    """The head training starts from, with its draft vocabulary (EAGLE-3): --init-head's, or a fresh
+    head over the data's most generated tokens."""
+    if init is not None:
+        if not init.config.is_eagle3:
+            return init, None
+        return init, given_draft_vocab(init.draft_to_target(), sequences, head_config.vocab_size)
+    if not head_config.is_eagle3:
+        return EagleHead(head_config), None
+    vocab = choose_draft_vocab(sequences, head_config.vocab_size, config.draft_vocab)
+    config3 = _with_draft_vocab(head_config, int(vocab.target_ids.shape[0]))
+    head = _init_eagle3_head(config3, lm_head[vocab.target_ids], norm)
+    head.get_buffer("d2t").copy_(vocab.d2t)
+    head.get_buffer("t2d").copy_(vocab.t2d(head_config.vocab_size))
+    return head, vocab
+
+
+def _warm_start(path: Path, shape: TargetShape, fmt: EagleFormat) -> EagleHead:
+    """A saved head (public format) to train on from: the same format as asked for, in float32."""
+    head = load_head(path, shape)
+    if head.config.format is not fmt:
+        raise HeadConfigError(f"--init-head {path} is an {head.config.format.value} head, not {fmt.value}")
+    return head.to(torch.float32)
 
 
 def _init_eagle3_head(config: EagleHeadConfig, lm_head_rows: torch.Tensor, norm: torch.Tensor) -> EagleHead:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,10 +13,10 @@ from typing import Any
 
 import pytest
 import torch
-import transformers
 from safetensors import safe_open
 
 from tests.unit.drafter.eagle.public_checkpoints import write_eagle, write_eagle3
+from tests.unit.drafter.eagle.smol_tiny import SMOL_HIDDEN, SMOL_LAYERS, SMOL_VOCAB
 from treespec.drafter.eagle.checkpoint import TargetShape, load_head, save_head
 from treespec.drafter.eagle.drafter import EagleDrafter
 from treespec.drafter.eagle.head import EagleHead, HeadOutput
@@ -34,7 +33,6 @@ from treespec.shared.drafting.token_tree import TreeBudget
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.linear import linear
 from treespec.shared.model.loader import load_model
-from treespec.shared.model.store import models_dir, resolve_model_path
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine
 from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
@@ -245,7 +243,6 @@ def _tiny_shape() -> TargetShape:
 
 # ---- (c) `treespec train-eagle` end to end ----------------------------------------------------
 
-SMOL_VOCAB, SMOL_HIDDEN, SMOL_LAYERS = 49152, 32, 4
 EAGLE3_TENSORS = {
     "fc.weight",
     "midlayer.input_layernorm.weight",
@@ -275,33 +272,6 @@ EAGLE_TENSORS = {
     "layers.0.mlp.down_proj.weight",
     "layers.0.post_attention_layernorm.weight",
 }
-
-
-@pytest.fixture(scope="module")
-def smol_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random Llama with SmolLM2's vocabulary, tokenizer and chat template."""
-    source = resolve_model_path(None, models_dir())  # `make test` imports it before pytest runs
-    out: Path = tmp_path_factory.mktemp("tiny-smol")
-    config = transformers.LlamaConfig(
-        vocab_size=SMOL_VOCAB,
-        hidden_size=SMOL_HIDDEN,
-        intermediate_size=64,
-        num_hidden_layers=SMOL_LAYERS,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        tie_word_embeddings=True,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    torch.manual_seed(0)
-    transformers.LlamaForCausalLM(config).save_pretrained(out)
-    for file in source.iterdir():
-        if file.name.startswith(("tokenizer", "special_tokens", "chat_template")) or file.name in (
-            "generation_config.json",
-        ):
-            shutil.copy(file, out / file.name)
-    return out
 
 
 def _train(target: Path, output: Path, data: Path, *extra: str) -> dict[str, Any]:
@@ -390,6 +360,23 @@ def test_train_eagle_cli_end_to_end(smol_tiny: Path, tmp_path: Path) -> None:
     # The head drafts: greedy output through the engine is plain decoding's.
     model = load_model(smol_tiny)
     _greedy_equals_plain(smol_tiny, model, "eagle3", out)
+
+    # --init-head: training starts from a saved head, with its draft vocabulary (not --draft-vocab's).
+    warm_out = tmp_path / "warm"
+    warm_stage = ["--data-tokens", "150", "--data-batch", "4", "--draft-vocab", "128"]
+    warm = _train(smol_tiny, warm_out, data, *warm_stage, "--steps", "0", "--init-head", str(out))
+    assert warm["init_head"] == str(out) and warm["draft_vocab"] == 256 and warm["steps"] == 0
+    start, kept = load_head(out, shape).state_dict(), load_head(warm_out, shape).state_dict()
+    assert start.keys() == kept.keys() and all(torch.equal(start[k], kept[k]) for k in start)
+    trained = _train(
+        smol_tiny, tmp_path / "warm2", data, *warm_stage, "--steps", "2", "--init-head", str(out)
+    )
+    moved = load_head(tmp_path / "warm2", shape).state_dict()
+    assert torch.equal(moved["d2t"], start["d2t"]) and trained["draft_vocab"] == 256
+    assert not torch.equal(moved["midlayer.mlp.up_proj.weight"], start["midlayer.mlp.up_proj.weight"])
+    wrong = ["train-eagle", "--target", str(smol_tiny), "--output", str(tmp_path / "wrong")]
+    wrong += ["--data-dir", str(data), "--format", "eagle", "--init-head", str(out), "--no-progress"]
+    assert main(wrong) == 2  # an EAGLE-3 head cannot start an EAGLE run
 
     # EAGLE(-2): the public EAGLE format (fc with bias, layers.0.*), which loads and drafts too.
     out2 = tmp_path / "eagle"
