@@ -101,6 +101,18 @@ def service_of(span: ReadableSpan) -> str:
     return str(span.resource.attributes.get("service.name"))
 
 
+def services_in_reply_trace(spans: list[ReadableSpan]) -> set[str]:
+    """The services with spans in the trace of the gateway's GenAI span (none yet: empty)."""
+    ops = [
+        s
+        for s in spans
+        if service_of(s) == "gateway" and s.attributes and "gen_ai.operation.name" in s.attributes
+    ]
+    if not ops:
+        return set()
+    return {service_of(s) for s in spans if s.context.trace_id == ops[0].context.trace_id}
+
+
 def test_one_trace_spans_gateway_verifier_and_drafter(stack: InProcessStack) -> None:
     client = openai.OpenAI(base_url=f"{stack.gateway_url}/v1", api_key="unused", max_retries=0)
     model = client.models.list().data[0].id
@@ -109,15 +121,18 @@ def test_one_trace_spans_gateway_verifier_and_drafter(stack: InProcessStack) -> 
         model=model, messages=[{"role": "user", "content": "Say hello."}], max_tokens=12, temperature=0
     )
     assert reply.usage is not None
-    deadline = time.monotonic() + 10  # the drafter's span ends when the verifier closes the request
-    while time.monotonic() < deadline and not any(service_of(s) == "drafter" for s in stack.spans()):
+    # Spans end after the reply: the drafter's when the verifier closes the request, the verifier's
+    # after that; wait (a while at most) until the reply's trace holds every service's.
+    everyone = {"gateway", "verifier", "drafter"}
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and services_in_reply_trace(stack.spans()) != everyone:
         time.sleep(0.1)
     spans = stack.spans()
     gen_ai = [s for s in spans if s.attributes and "gen_ai.operation.name" in s.attributes]
     gateway_op = next(s for s in gen_ai if service_of(s) == "gateway")
     trace_id = gateway_op.context.trace_id
-    by_service = {service_of(s) for s in spans if s.context.trace_id == trace_id}
-    assert by_service == {"gateway", "verifier", "drafter"}, by_service
+    by_service = services_in_reply_trace(spans)
+    assert by_service == everyone, by_service
     verifier_op = next(s for s in gen_ai if service_of(s) == "verifier" and s.context.trace_id == trace_id)
     attributes = dict(verifier_op.attributes or {})
     assert attributes["gen_ai.request.model"] == model
