@@ -70,13 +70,11 @@ def run(config: TrainEagleConfig) -> dict[str, object]:
     w = model.weights
     embed = (w.embed if w.embed is not None else w.lm_head.t()).float()
     lm_head = w.lm_head.t().float()  # [V, H] rows
-    vocab_size = target_config.vocab_size
     head, vocab = _starting_head(config, init, head_config, sequences, lm_head, w.norm.float())
-    targets = TrainingTargets(
-        embed,
-        None if vocab is not None else lm_head,
-        None if vocab is None else vocab.draft_index(vocab_size),
-    )
+    if vocab is None:  # EAGLE: logits through the target's lm_head
+        targets = TrainingTargets(embed, lm_head, None)
+    else:  # EAGLE-3: its own lm_head over the draft vocabulary
+        targets = TrainingTargets(embed, None, vocab.draft_index(target_config.vocab_size))
     coverage = None if vocab is None else vocab.coverage
     del model
     trainer = Trainer(head, targets, sequences, config.train)
