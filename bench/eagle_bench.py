@@ -91,7 +91,7 @@ def run(ns: argparse.Namespace) -> int:
 class _Runners:
     hf: transformers.PreTrainedModel
     engines: dict[str, tuple[Engine, SpeculationParams | None]]  # method -> engine, per-request spec
-    node_cost: runs.NodeCost  # what every speculative engine tells its drafter a node costs
+    node_cost: runs.NodeCost  # what every speculative engine tells its drafter a node and a tree cost
 
 
 def bench_eagle(args: EagleBenchArgs) -> dict[str, Any]:
@@ -150,11 +150,11 @@ def _runners(
 
         spec = args.speculation
         plain = runs.engine(model, args.model, None, None, prompt_ids, args.max_new_tokens)
-        node_cost = runs.NodeCost.for_run(args.node_cost, plain, spec.num_draft_tokens)
+        node_cost = runs.NodeCost.for_run(args, plain, spec.num_draft_tokens)
 
         def engine(drafter: Drafter, spec: SpeculationParams) -> tuple[Engine, SpeculationParams | None]:
-            cost = node_cost.value
-            return runs.engine(model, args.model, drafter, spec, prompt_ids, args.max_new_tokens, cost), spec
+            new_tokens = args.max_new_tokens
+            return runs.engine(model, args.model, drafter, spec, prompt_ids, new_tokens, node_cost), spec
 
         yield _Runners(
             hf=transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval(),

@@ -111,9 +111,13 @@ def _load(args: NgramBenchArgs) -> _Runners:
     )
     drafter = create_drafter(DRAFTER, context)
     plain = Engine(EngineConfig(model_path=args.model, max_running_requests=1), None, model)
-    node_cost = runs.NodeCost.for_run(args.node_cost, plain, spec.num_draft_tokens)
+    node_cost = runs.NodeCost.for_run(args, plain, spec.num_draft_tokens)
     ngram_config = EngineConfig(
-        model_path=args.model, max_running_requests=1, speculation=spec, node_cost=node_cost.value
+        model_path=args.model,
+        max_running_requests=1,
+        speculation=spec,
+        node_cost=node_cost.value,
+        tree_cost=node_cost.tree,
     )
     return _Runners(
         hf=transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval(),

@@ -21,6 +21,7 @@ from treespec.bench.greedy_match import NextLogits, compare_greedy
 from treespec.bench.prompts import BenchPrompt, chat_prompt_ids, default_prompts_path
 from treespec.bench.report import format_table, write_json
 from treespec.bench.throughput import Tally, Throughput
+from treespec.shared.cli.speculation_flags import check_costs
 from treespec.shared.drafting.drafter import Drafter
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.store import models_dir, resolve_model_path
@@ -45,6 +46,7 @@ class BenchArgs:
     json_path: Path | None
     threads: int
     node_cost: float | None  # --speculative-node-cost (None: measured once per run, see NodeCost)
+    tree_cost: float | None  # --speculative-tree-cost (with node_cost only)
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> Self:
@@ -59,8 +61,13 @@ class BenchArgs:
             "max_new_tokens": ns.max_new_tokens,
             "json_path": Path(ns.json) if ns.json else None,
             "threads": ns.threads or torch.get_num_threads(),
-            "node_cost": getattr(ns, "speculative_node_cost", None),
+            **_costs(getattr(ns, "speculative_node_cost", None), getattr(ns, "speculative_tree_cost", None)),
         }
+
+
+def _costs(node_cost: float | None, tree_cost: float | None) -> dict[str, float | None]:
+    check_costs(node_cost, tree_cost)
+    return {"node_cost": node_cost, "tree_cost": tree_cost}
 
 
 ArgsT = TypeVar("ArgsT", bound=BenchArgs)
@@ -107,7 +114,7 @@ def engine(
     spec: SpeculationParams | None,
     prompt_ids: Iterable[Sequence[int]],
     max_new_tokens: int,
-    node_cost: float | None = None,
+    cost: NodeCost | None = None,
 ) -> Engine:
     """An engine over `model` for batch size 1 (`spec`: its default speculation, None: plain), with a
     KV pool that holds the longest of `prompt_ids` and its new tokens: the default pool is far bigger
@@ -119,7 +126,8 @@ def engine(
         max_running_requests=1,
         max_total_tokens=longest + max_new_tokens + speculation.max_tree_nodes + KV_MARGIN,
         speculation=speculation,
-        node_cost=node_cost,
+        node_cost=None if cost is None else cost.value,
+        tree_cost=0.0 if cost is None else cost.tree,
     )
     return Engine(config, drafter, model)
 
@@ -281,27 +289,31 @@ def per_category(
 
 @dataclass(frozen=True)
 class NodeCost:
-    """The node cost every speculative engine of a run gives its drafter (one value, so that methods
-    measured side by side weigh nodes alike): --speculative-node-cost, else one measurement."""
+    """The node and tree costs every speculative engine of a run gives its drafter (one pair, so that
+    methods measured side by side weigh nodes alike): --speculative-node-cost and
+    --speculative-tree-cost, else one measurement."""
 
     value: float
+    tree: float = 0.0
     measured: VerifyCost | None = None
 
     @classmethod
-    def for_run(cls, given: float | None, idle: Engine, tree_nodes: int) -> NodeCost:
-        if given is not None:
-            return cls(given)
+    def for_run(cls, args: BenchArgs, idle: Engine, tree_nodes: int) -> NodeCost:
+        if args.node_cost is not None:
+            return cls(args.node_cost, args.tree_cost or 0.0)
         cost = idle.measure_verify_cost(tree_nodes)
-        return cls(cost.node_cost(1), cost)
+        return cls(cost.node_cost(1), cost.tree_cost(1), cost)
 
     def report(self) -> dict[str, Any]:
         if self.measured is None:
-            return {"node_cost": self.value, "measured": False}
+            return {"node_cost": self.value, "tree_cost": self.tree, "measured": False}
         return {
             "node_cost": round(self.value, 4),
+            "tree_cost": round(self.tree, 4),
             "measured": True,
             "step_ms": round(self.measured.step_s * 1e3, 3),
             "row_ms": round(self.measured.row_s * 1e3, 3),
+            "tree_ms": round(self.measured.tree_s * 1e3, 3),
         }
 
 

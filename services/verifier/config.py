@@ -22,6 +22,7 @@ class EngineConfig:
     speculation: SpeculationParams = field(default_factory=SpeculationParams)
     torch_threads: int | None = None  # None: torch's default
     node_cost: float | None = None  # a draft node's verify cost for drafters; None: measured at start
+    tree_cost: float = 0.0  # a tree's fixed verify cost, used with a configured node_cost only
 
     @property
     def num_blocks(self) -> int:

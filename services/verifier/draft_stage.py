@@ -20,13 +20,15 @@ class DraftStage:
     vocab_size: int
     _warn_once: WarnOnce = field(default_factory=lambda: WarnOnce(log))
 
-    def trees(self, decodes: list[RequestState], node_cost: float = 0.0) -> dict[str, TokenTree]:
-        """Validated trees by request id; requests without one decode plainly this step. `node_cost`:
-        what verifying one more node costs this step (see verify_cost.py)."""
+    def trees(
+        self, decodes: list[RequestState], node_cost: float = 0.0, tree_cost: float = 0.0
+    ) -> dict[str, TokenTree]:
+        """Validated trees by request id; requests without one decode plainly this step. `node_cost`,
+        `tree_cost`: what verifying one more node, and a tree at all, costs this step (verify_cost.py)."""
         wanting = [s for s in decodes if s.speculation.enabled and s.speculation.num_draft_tokens > 1]
         if self.drafter is None or not wanting:
             return {}
-        queries = [DraftQuery(s.request_id, s.speculation.tree_budget(node_cost)) for s in wanting]
+        queries = [DraftQuery(s.request_id, s.speculation.tree_budget(node_cost, tree_cost)) for s in wanting]
         try:
             proposals = self.drafter.propose(queries)
         except Exception as exc:  # a failing drafter costs speed, never a request

@@ -119,14 +119,17 @@ class Engine:
         batch = self.scheduler.schedule()
         if batch.empty:
             return outputs
-        trees = self._draft.trees(batch.decodes, self._verify_cost.node_cost(len(batch.decodes)))
+        batch_size = len(batch.decodes)
+        cost = self._verify_cost
+        trees = self._draft.trees(batch.decodes, cost.node_cost(batch_size), cost.tree_cost(batch_size))
         ring = self.drafter.feature_ring if self.drafter is not None else None
         start = time.perf_counter()
         result = self._forward.run(batch, trees, ring.spec if ring is not None else None)
         verdicts = verify(result)
         if isinstance(self._verify_cost, OnlineVerifyCost) and not batch.prefills:
             rows = sum(item.num_new for item in result.items)
-            self._verify_cost.observe(rows, time.perf_counter() - start)
+            drafted = sum(item.num_new > 1 for item in result.items)
+            self._verify_cost.observe(rows, time.perf_counter() - start, drafted)
         for out in self._commit.run(result, verdicts):
             outputs.append(out)
             if out.finished:
@@ -228,19 +231,22 @@ class Engine:
         self._drafter_call("close", state.request_id)
 
     def _node_cost_model(self) -> OnlineVerifyCost | FixedNodeCost:
-        """The configured node cost, or (with a drafter) one measured now, while the pool is free, and
+        """The configured costs, or (with a drafter) ones measured now, while the pool is free, and
         refined from the decode steps to come."""
         if self.config.node_cost is not None:
-            return FixedNodeCost(self.config.node_cost)
+            return FixedNodeCost(self.config.node_cost, self.config.tree_cost)
         if self.drafter is None:
             return FixedNodeCost(0.0)
         nodes = max(self.config.speculation.num_draft_tokens, SpeculationParams().num_draft_tokens)
         cost = self.measure_verify_cost(nodes)
         log.info(
-            "verify cost: %.2f ms per step, %.3f ms per extra row (node cost %.3f at batch 1)",
+            "verify cost: %.2f ms per step, %.3f ms per extra row, %.3f ms more per tree "
+            "(node cost %.3f, tree cost %.3f at batch 1)",
             cost.step_s * 1e3,
             cost.row_s * 1e3,
+            cost.tree_s * 1e3,
             cost.node_cost(1),
+            cost.tree_cost(1),
         )
         return OnlineVerifyCost(cost)
 

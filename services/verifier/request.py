@@ -58,13 +58,14 @@ class SpeculationParams:
     def budget(self) -> TreeBudget:
         return self.tree_budget()
 
-    def tree_budget(self, node_cost: float = 0.0) -> TreeBudget:
-        """The budget a drafter gets, with this step's cost of a node (see verify_cost.py)."""
+    def tree_budget(self, node_cost: float = 0.0, tree_cost: float = 0.0) -> TreeBudget:
+        """The budget a drafter gets, with this step's costs of a node and of a tree (verify_cost.py)."""
         return TreeBudget(
             num_draft_tokens=self.num_draft_tokens,
             num_steps=self.num_steps,
             topk=self.eagle_topk,
             node_cost=node_cost,
+            tree_cost=tree_cost,
         )
 
     @property

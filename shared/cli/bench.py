@@ -6,7 +6,7 @@ import argparse
 
 from treespec.shared.cli.arg_types import positive_float, positive_int
 from treespec.shared.cli.eagle_flags import add_tree_arguments
-from treespec.shared.cli.speculation_flags import add_budget_arguments, add_node_cost_argument
+from treespec.shared.cli.speculation_flags import add_budget_arguments, add_cost_arguments
 
 # `bench eagle`: the co-located drafter's deadline per round; generous, so that a loaded machine never
 # falls back to plain decoding (which would measure the machine, not the drafter)
@@ -77,7 +77,7 @@ def _ngram_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="an n-gram setting (repeatable): a NgramConfig field; VALUE is read as JSON when it parses",
     )
-    add_node_cost_argument(parser)
+    add_cost_arguments(parser)
 
 
 def _eagle_arguments(parser: argparse.ArgumentParser) -> None:

@@ -45,6 +45,7 @@ class ServeConfig:
     verifier_metrics_port: int | None
     drafter_options: dict[str, Any] = field(default_factory=dict)  # plugin options (NGRAM flags)
     node_cost: float | None = None  # None: the verifier measures it
+    tree_cost: float | None = None  # with node_cost only
     # For COLOCATED_ALGORITHMS: the verifier's co-location socket, in a private (0700) directory.
     colocation_socket: Path | None = None
 
@@ -136,6 +137,7 @@ def _run(ns: argparse.Namespace) -> int:
         verifier_metrics_port=ns.verifier_metrics_port,
         drafter_options=options,
         node_cost=budget.node_cost,
+        tree_cost=budget.tree_cost,
         colocation_socket=(
             private_socket_path() if ns.speculative_algorithm.lower() in COLOCATED_ALGORITHMS else None
         ),
@@ -170,6 +172,8 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
         ]  # fmt: skip
         if c.node_cost is not None:
             verifier += ["--speculative-node-cost", str(c.node_cost)]
+        if c.tree_cost is not None:
+            verifier += ["--speculative-tree-cost", str(c.tree_cost)]
     else:
         verifier += ["--speculative-algorithm", "NONE"]
     if c.verifier_metrics_port is not None:

@@ -17,6 +17,7 @@ class BudgetFlags:
     eagle_topk: int
     num_draft_tokens: int
     node_cost: float | None = None  # None: the verifier measures it
+    tree_cost: float | None = None  # with node_cost only (None: 0); None and no node_cost: measured
 
 
 def add_budget_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,16 +36,28 @@ def add_budget_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         help="tree nodes, root included (default: 8; NGRAM: --speculative-ngram-max-match-window-size)",
     )
-    add_node_cost_argument(parser)
+    add_cost_arguments(parser)
 
 
-def add_node_cost_argument(parser: argparse.ArgumentParser) -> None:
+def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--speculative-node-cost",
         type=non_negative_float,
         help="what verifying one more draft node costs, as a fraction of a decoding step; drafters keep "
         "only nodes that pay for it (default: measured by the verifier as it starts; 0: nodes are free)",
     )
+    parser.add_argument(
+        "--speculative-tree-cost",
+        type=non_negative_float,
+        help="what verifying a tree at all costs on top of its nodes, in the same unit; with "
+        "--speculative-node-cost only (default: 0 with it, else measured with the node cost)",
+    )
+
+
+def check_costs(node_cost: float | None, tree_cost: float | None) -> None:
+    """Raise ValueError for a tree cost without a node cost (the two are measured together)."""
+    if tree_cost is not None and node_cost is None:
+        raise ValueError("--speculative-tree-cost needs --speculative-node-cost (else both are measured)")
 
 
 def resolve_budget(ns: argparse.Namespace, algorithm: str, ngram_options: dict[str, Any]) -> BudgetFlags:
@@ -56,6 +69,7 @@ def resolve_budget(ns: argparse.Namespace, algorithm: str, ngram_options: dict[s
         eagle_topk=ns.speculative_eagle_topk,
         num_draft_tokens=ns.speculative_num_draft_tokens,
         node_cost=ns.speculative_node_cost,
+        tree_cost=ns.speculative_tree_cost,
     )
 
 
@@ -66,9 +80,12 @@ def default_budget(
     eagle_topk: int | None = None,
     num_draft_tokens: int | None = None,
     node_cost: float | None = None,
+    tree_cost: float | None = None,
 ) -> BudgetFlags:
     """Values given win; the rest are the algorithm's defaults. NGRAM (as SGLang): num_draft_tokens is
-    the max match window, the depth may use all of it (a chain), the breadth is the max BFS breadth."""
+    the max match window, the depth may use all of it (a chain), the breadth is the max BFS breadth.
+    Raises ValueError for a tree cost without a node cost."""
+    check_costs(node_cost, tree_cost)
     steps, topk, nodes = GENERIC_DEFAULTS
     if algorithm.lower() == "ngram":
         from treespec.drafter.ngram.config import NgramConfig
@@ -81,4 +98,5 @@ def default_budget(
         eagle_topk=topk if eagle_topk is None else eagle_topk,
         num_draft_tokens=nodes if num_draft_tokens is None else num_draft_tokens,
         node_cost=node_cost,
+        tree_cost=tree_cost,
     )

@@ -129,6 +129,7 @@ def config_from_args(ns: argparse.Namespace) -> VerifierServerConfig:
         dtype=ns.dtype,
         speculation=speculation,
         node_cost=budget.node_cost,
+        tree_cost=budget.tree_cost or 0.0,
         **given,
     )
     return VerifierServerConfig(

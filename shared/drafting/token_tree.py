@@ -11,20 +11,23 @@ import torch
 @dataclass(frozen=True)
 class TreeBudget:
     """SGLang's speculation limits: nodes (root included), depth below the root, children per node;
-    and what one more node costs to verify (a fraction of the request's share of a verify step,
-    measured by the verifier; 0: free), which drafters weigh against a node's chance of acceptance
-    (see tree_value.py)."""
+    and what verifying costs, as fractions of the request's share of a verify step (measured by the
+    verifier; 0: free): one more node, and a tree at all on top of its nodes. Drafters weigh both
+    against their nodes' chances of acceptance (see tree_value.py)."""
 
     num_draft_tokens: int = 8
     num_steps: int = 5
     topk: int = 4
     node_cost: float = 0.0
+    tree_cost: float = 0.0
 
     def __post_init__(self) -> None:
         if self.num_draft_tokens < 1 or self.num_steps < 0 or self.topk < 1:
             raise ValueError(f"invalid speculation budget {self}")
         if not (math.isfinite(self.node_cost) and self.node_cost >= 0.0):
             raise ValueError(f"invalid node cost {self.node_cost} (need a finite value >= 0)")
+        if not (math.isfinite(self.tree_cost) and self.tree_cost >= 0.0):
+            raise ValueError(f"invalid tree cost {self.tree_cost} (need a finite value >= 0)")
 
 
 @dataclass(frozen=True)

@@ -32,14 +32,16 @@ def budget_to_proto(budget: TreeBudget) -> common_pb2.TreeBudget:
         num_steps=budget.num_steps,
         topk=budget.topk,
         node_cost=budget.node_cost,
+        tree_cost=budget.tree_cost,
     )
 
 
 def budget_from_proto(message: common_pb2.TreeBudget) -> TreeBudget:
-    """Raises ValueError for a budget with a zero count or a negative or non-finite node cost."""
+    """Raises ValueError for a budget with a zero count or a negative or non-finite node or tree cost."""
     return TreeBudget(
         num_draft_tokens=message.num_draft_tokens,
         num_steps=message.num_steps,
         topk=message.topk,
         node_cost=message.node_cost,
+        tree_cost=message.tree_cost,
     )

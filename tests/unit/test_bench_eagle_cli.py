@@ -49,7 +49,7 @@ def _args(argv: list[str]) -> EagleBenchArgs:
 def test_flags_build_the_args(bench_defaults: tuple[Path, Path], head: Path) -> None:
     model, prompts = bench_defaults
     argv = ["--quick", "--json", "x", "--draft-path", str(head), "--draft-deadline", "7.5"]
-    argv += ["--speculative-node-cost", "0.04"]
+    argv += ["--speculative-node-cost", "0.04", "--speculative-tree-cost", "0.02"]
     args = _args([*argv, "--speculative-num-steps", "3", "--speculative-eagle-topk", "2"])
     assert args == EagleBenchArgs(
         model=model,
@@ -59,6 +59,7 @@ def test_flags_build_the_args(bench_defaults: tuple[Path, Path], head: Path) -> 
         json_path=Path("x"),
         threads=torch.get_num_threads(),
         node_cost=0.04,
+        tree_cost=0.02,
         options={"draft_path": str(head)},
         speculation=SpeculationParams(num_steps=3, eagle_topk=2, num_draft_tokens=8),
         deadline_s=7.5,
@@ -125,7 +126,7 @@ def test_payload_has_the_issue_keys_and_targets(bench_defaults: tuple[Path, Path
         tally.add(method, "coding", 12, seconds, steps, 12 if steps else 0)
     prompts = [BenchPrompt(1, "coding", "hi")]
     checks = {m: GreedyCheck(lambda ids: torch.zeros(4)) for m in ("eagle3", "eagle3_colocated", "ngram")}
-    measured = NodeCost(0.05, VerifyCost(step_s=0.04, row_s=0.002))
+    measured = NodeCost(0.05, 0.025, VerifyCost(step_s=0.04, row_s=0.002, tree_s=0.001))
     p = _payload(args, prompts, tally, checks, SpeculationParams(num_steps=7, num_draft_tokens=8), measured)
     assert ISSUE_KEYS | {"per_category"} <= set(p)
     assert set(p["per_category"]["coding"]) >= ISSUE_KEYS
@@ -144,7 +145,14 @@ def test_payload_has_the_issue_keys_and_targets(bench_defaults: tuple[Path, Path
     assert setup["eagle3_head"] == str(head) and setup["draft_deadline_s"] == 30.0
     assert setup["eagle3_budget"] == {"num_steps": 5, "eagle_topk": 4, "num_draft_tokens": 8}
     assert setup["ngram_budget"]["num_steps"] == 7
-    assert setup["verify_cost"] == {"node_cost": 0.05, "measured": True, "step_ms": 40.0, "row_ms": 2.0}
+    assert setup["verify_cost"] == {
+        "node_cost": 0.05,
+        "tree_cost": 0.025,
+        "measured": True,
+        "step_ms": 40.0,
+        "row_ms": 2.0,
+        "tree_ms": 1.0,
+    }
     text = render(p)
     assert "eagle3 / plain: 2.00x   eagle3 / hf: 3.00x   co-located / in-process: 0.80x" in text
     assert "3.00 pass" in text and "0.80 FAIL" in text and "targets: FAIL" in text

@@ -31,6 +31,7 @@ def test_flags_build_the_args(bench_defaults: tuple[Path, Path]) -> None:
         json_path=Path("x"),
         threads=torch.get_num_threads(),
         node_cost=None,
+        tree_cost=None,
         options={"redis_url": "redis://h:1", "max_bfs_breadth": 4},
     )
     assert args.config == NgramConfig(redis_url="redis://h:1", max_bfs_breadth=4)
@@ -74,6 +75,6 @@ def test_payload_has_the_issue_keys(bench_defaults: tuple[Path, Path]) -> None:
     assert p["per_category"]["coding"]["ngram_vs_plain"] == 2.0
     assert p["setup"]["memory"] == "redis://u:***@h:1/0"
     assert p["setup"]["ngram_options"] == {"max_bfs_breadth": 4}
-    assert p["setup"]["verify_cost"] == {"node_cost": 0.0, "measured": False}
+    assert p["setup"]["verify_cost"] == {"node_cost": 0.0, "tree_cost": 0.0, "measured": False}
     assert _args(["--speculative-node-cost", "0.25"]).node_cost == 0.25
     assert "ngram / plain: 2.00x   ngram / hf_pld: 1.60x" in render(p)

@@ -42,6 +42,8 @@ def _exit_code(argv: list[str]) -> int:
         (["serve", "--verifier-port", "65536"], "--verifier-port"),
         (["serve", "--speculative-num-steps", "0"], "--speculative-num-steps"),
         (["serve", "--speculative-node-cost", "x"], "--speculative-node-cost"),
+        (["verifier", "--speculative-tree-cost", "-0.5"], "--speculative-tree-cost"),
+        (["bench", "ngram", "--speculative-tree-cost", "nan"], "--speculative-tree-cost"),
         (["drafter", "--kind", "ngram", "--vocab-size", "0"], "--vocab-size"),
         (["drafter", "--kind", "ngram", "--vocab-size", "97", "--port", "99999"], "--port"),
     ],
@@ -90,3 +92,24 @@ def test_the_node_cost_flag_reaches_the_engine_through_serve_and_verifier(tmp_pa
 
     assert engine_node_cost("--speculative-node-cost", "0.03") == 0.03
     assert engine_node_cost() is None
+
+
+def test_the_tree_cost_flag_goes_with_a_node_cost(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from treespec.shared.cli.main import build_parser
+    from treespec.shared.cli.serve import ServeConfig, services
+    from treespec.shared.cli.verifier import config_from_args
+
+    given = ServeConfig.on_free_ports(tmp_path, "NGRAM", node_cost=0.03, tree_cost=0.1)
+    verifier = next(p for p in services(given) if p.name == "verifier").argv
+    assert verifier[verifier.index("--speculative-tree-cost") + 1] == "0.1"
+
+    def engine_costs(*flags: str) -> tuple[float | None, float]:
+        ns = build_parser().parse_args(["verifier", "--model-path", str(tmp_path), *flags])
+        engine = config_from_args(ns).engine
+        return engine.node_cost, engine.tree_cost
+
+    assert engine_costs("--speculative-node-cost", "0.03", "--speculative-tree-cost", "0.1") == (0.03, 0.1)
+    assert engine_costs("--speculative-node-cost", "0.03") == (0.03, 0.0)
+    for command in (["serve"], ["verifier"], ["bench", "ngram"], ["bench", "eagle"]):
+        assert _exit_code([*command, "--speculative-tree-cost", "0.1"]) == 2
+        assert "--speculative-tree-cost needs --speculative-node-cost" in capsys.readouterr().err

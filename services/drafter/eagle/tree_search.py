@@ -67,7 +67,8 @@ class SearchTree:
         """The best `num_draft_tokens - 1` drafted nodes, as many of them as pay for their verify
         rows, in creation order (parents first)."""
         ranked = self.best(list(range(1, len(self.tokens))), self.budget.num_draft_tokens - 1)
-        worth = nodes_worth_verifying([math.exp(self.scores[i]) for i in ranked], self.budget.node_cost)
+        path_probs = [math.exp(self.scores[i]) for i in ranked]
+        worth = nodes_worth_verifying(path_probs, self.budget.node_cost, self.budget.tree_cost)
         return sorted(ranked[:worth])
 
     def to_token_tree(self, generator: torch.Generator | None) -> TokenTree:

@@ -64,7 +64,7 @@ def build_tree(
         return None
     trie = _trie(root_token, candidates, max_depth)
     select = _select_bfs if shape.match_type.upper() == "BFS" else _select_prob
-    picked = _worth_verifying(select(trie, budget, shape, estimate), budget.node_cost)
+    picked = _worth_verifying(select(trie, budget, shape, estimate), budget)
     if len(picked.tokens) < 2:
         return None
     tree = TokenTree(
@@ -103,12 +103,13 @@ class _Picked(NamedTuple):
     probs: list[float]  # estimated path probabilities (the root's: 1)
 
 
-def _worth_verifying(picked: _Picked, node_cost: float) -> _Picked:
+def _worth_verifying(picked: _Picked, budget: TreeBudget) -> _Picked:
     """The picked nodes that pay for their verify rows: the best by path probability (a child's never
     exceeds its parent's, and ties go to the earlier node, so they form a tree), in the picked order."""
     tokens, parents, kinds, probs = picked
     ranked = sorted(range(1, len(tokens)), key=lambda i: (-probs[i], i))
-    keep = sorted(ranked[: nodes_worth_verifying([probs[i] for i in ranked], node_cost)])
+    worth = nodes_worth_verifying([probs[i] for i in ranked], budget.node_cost, budget.tree_cost)
+    keep = sorted(ranked[:worth])
     if len(keep) == len(tokens) - 1:
         return picked
     new_index = {0: 0} | {old: new for new, old in enumerate(keep, start=1)}

@@ -53,21 +53,34 @@ def test_a_node_costs_its_row_over_the_request_share_of_a_step() -> None:
     assert VerifyCost(step_s=0.0, row_s=0.001).node_cost(1) == 0.0
 
 
+def test_a_tree_costs_its_fixed_part_over_the_request_share_of_a_step() -> None:
+    cost = VerifyCost(step_s=0.040, row_s=0.002, tree_s=0.004)
+    assert cost.tree_cost(1) == pytest.approx(0.1)
+    assert cost.tree_cost(4) == pytest.approx(4 * 0.004 / 0.046)
+    assert VerifyCost(step_s=0.040, row_s=0.002).tree_cost(1) == 0.0
+
+
 def test_measuring_times_both_sizes_within_the_pool_and_the_positions(tiny_model: CausalLM) -> None:
     cache = KVCache.allocate(tiny_model.config, 8, 4, tiny_model.dtype, tiny_model.device)  # 32 slots
     cost = measure_verify_cost(tiny_model, TorchAttentionBackend(), cache, tree_nodes=64)
     assert cost.step_s > 0.0
-    assert cost.row_s >= 0.0
+    assert cost.row_s >= 0.0 and cost.tree_s >= 0.0
+    two = measure_verify_cost(tiny_model, TorchAttentionBackend(), cache, tree_nodes=2)
+    assert two.row_s >= 0.0 and two.tree_s == 0.0  # one further row: no per-row part to tell it from
 
 
 def test_the_engine_sends_drafters_the_configured_node_cost(tiny_path: Path, tiny_model: CausalLM) -> None:
     drafter = BudgetRecorder(tiny_model.config.vocab_size)
     config = EngineConfig(
-        model_path=tiny_path, max_total_tokens=512, speculation=SpeculationParams(), node_cost=0.125
+        model_path=tiny_path,
+        max_total_tokens=512,
+        speculation=SpeculationParams(),
+        node_cost=0.125,
+        tree_cost=0.25,
     )
     Engine(config, drafter, tiny_model).generate([greedy("a"), greedy("b")])
     assert drafter.queries
-    assert {q.budget.node_cost for q in drafter.queries} == {0.125}
+    assert {(q.budget.node_cost, q.budget.tree_cost) for q in drafter.queries} == {(0.125, 0.25)}
     assert {(q.budget.num_draft_tokens, q.budget.num_steps, q.budget.topk) for q in drafter.queries} == {
         (8, 5, 4)
     }
@@ -80,9 +93,9 @@ def test_the_engine_measures_the_cost_and_scales_it_by_the_batch(
     measured = engine.verify_cost
     assert isinstance(measured, VerifyCost) and measured.step_s > 0.0
     engine.generate([greedy("a", 4), greedy("b", 4)])  # both decode in the same steps
-    sent = {q.budget.node_cost for q in drafter.queries}
-    assert sent <= {measured.node_cost(1), measured.node_cost(2)}
-    assert measured.node_cost(2) in sent
+    sent = {(q.budget.node_cost, q.budget.tree_cost) for q in drafter.queries}
+    assert sent <= {(measured.node_cost(b), measured.tree_cost(b)) for b in (1, 2)}
+    assert (measured.node_cost(2), measured.tree_cost(2)) in sent
 
 
 def test_without_a_drafter_nothing_is_measured(tiny_path: Path, tiny_model: CausalLM) -> None:

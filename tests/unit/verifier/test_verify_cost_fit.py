@@ -37,6 +37,38 @@ def test_steps_of_varied_sizes_give_their_own_line() -> None:
     assert cost.observations == 100
 
 
+def feed_trees(cost: OnlineVerifyCost, truth: VerifyCost, rows: list[int], times: int) -> None:
+    """Batch-1 steps: one row decodes plainly, more rows verify a tree."""
+    for _ in range(times):
+        for r in rows:
+            tree = r > 1
+            cost.observe(r, truth.step_s + (r - 1) * truth.row_s + tree * truth.tree_s, int(tree))
+
+
+def test_steps_with_and_without_trees_give_the_fixed_part_of_a_tree() -> None:
+    truth = VerifyCost(step_s=0.030, row_s=0.001, tree_s=0.004)
+    cost = OnlineVerifyCost(PRIOR)
+    feed_trees(cost, truth, [1, 2, 5, 1, 9, 3], times=20)
+    assert cost.current.step_s == pytest.approx(truth.step_s)
+    assert cost.current.row_s == pytest.approx(truth.row_s)
+    assert cost.current.tree_s == pytest.approx(truth.tree_s)
+    assert cost.tree_cost(1) == pytest.approx(0.004 / 0.030)
+
+
+def test_when_every_step_verifies_a_tree_the_probe_gives_its_fixed_part() -> None:
+    prior = VerifyCost(step_s=0.040, row_s=0.002, tree_s=0.004)
+    truth = VerifyCost(step_s=0.080, row_s=0.003, tree_s=0.008)  # twice as slow, rows dearer
+    cost = OnlineVerifyCost(prior)
+    feed_trees(cost, truth, [2, 5, 9, 3], times=25)
+    fitted = cost.current
+    assert fitted.row_s == pytest.approx(truth.row_s)
+    assert fitted.tree_s == pytest.approx(prior.tree_s * fitted.step_s / prior.step_s, rel=0.15)
+    # the plane still passes through the observed steps
+    mean_rows = (2 + 5 + 9 + 3) / 4
+    observed = truth.step_s + (mean_rows - 1) * truth.row_s + truth.tree_s
+    assert fitted.step_s + (mean_rows - 1) * fitted.row_s + fitted.tree_s == pytest.approx(observed)
+
+
 def test_one_row_steps_only_scale_the_probe_and_keep_its_node_cost() -> None:
     cost = OnlineVerifyCost(PRIOR)
     feed(cost, 0.080, 0.0, [1], times=50)  # twice as slow, no drafts: the split cannot be seen

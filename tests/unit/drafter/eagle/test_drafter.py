@@ -298,8 +298,8 @@ def test_the_tree_flags_become_options_of_eagle_drafters_only() -> None:
 
 
 def test_kept_nodes_pay_for_their_verify_rows() -> None:
-    def search(node_cost: float) -> SearchTree:
-        tree = SearchTree(5, TreeBudget(8, 3, 2, node_cost=node_cost))
+    def search(node_cost: float, tree_cost: float = 0.0) -> SearchTree:
+        tree = SearchTree(5, TreeBudget(8, 3, 2, node_cost=node_cost, tree_cost=tree_cost))
         kids = tree.add_children(0, torch.tensor([0.7, 0.2, 0.05, 0.05]).log(), None)  # 0 (.7), 1 (.2)
         tree.add_children(kids[0], torch.tensor([0.1, 0.6, 0.3]).log(), None)  # 1 (.42), 2 (.21)
         return tree
@@ -312,3 +312,6 @@ def test_kept_nodes_pay_for_their_verify_rows() -> None:
     tree = pruned.to_token_tree(None)
     assert tree.tokens.tolist() == [5, 0, 1] and tree.parents.tolist() == [-1, 0, 1]
     assert search(1.0).kept() == []  # no node pays for a whole step
+    # a tree's fixed cost on top: 1.7/1.5 = 1.13, 2.12/1.8 = 1.18, 2.33/2.1 = 1.11 at 0.2 and 0.3
+    assert search(0.3, tree_cost=0.2).kept() == [1, 3]
+    assert search(0.3, tree_cost=0.8).kept() == []  # 2.12/2.4 < 1: plain decoding is faster

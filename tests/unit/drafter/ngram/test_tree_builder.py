@@ -88,7 +88,8 @@ def test_random_inputs_respect_every_budget(match_type: str) -> None:
     rng = random.Random(0)
     for _ in range(300):
         node_cost = rng.choice([0.0, rng.random() / 4])  # some trees pruned to the nodes worth a row
-        budget = TreeBudget(rng.randint(1, 16), rng.randint(0, 8), rng.randint(1, 5), node_cost)
+        tree_cost = rng.choice([0.0, rng.random() / 4])
+        budget = TreeBudget(rng.randint(1, 16), rng.randint(0, 8), rng.randint(1, 5), node_cost, tree_cost)
         candidates = [
             Candidate(
                 tuple(rng.randrange(6) for _ in range(rng.randint(1, 10))),
@@ -155,3 +156,10 @@ def test_nodes_that_do_not_pay_for_their_verify_rows_are_left_out() -> None:
     assert edges(costly) == [(-1, 0), (0, 1), (1, 2), (2, 3)]
     assert costly is not None and costly.kinds[1:] == [node_kind(1, d, 0) for d in (1, 2, 3)]
     assert build_tree(0, candidates, TreeBudget(8, 5, 4, node_cost=2.0), shape(), estimate) is None
+
+
+def test_an_unlikely_tree_that_does_not_pay_for_verifying_at_all_is_not_drafted() -> None:
+    candidates = [Candidate((1, 2), 1.0, 1)]
+    # path probabilities .2 and .04 at no cost per node: worth a tree only while 1.24 > 1 + tree cost
+    assert build_tree(0, candidates, TreeBudget(8, 5, 4, tree_cost=0.2), shape(), always(0.2)) is not None
+    assert build_tree(0, candidates, TreeBudget(8, 5, 4, tree_cost=0.25), shape(), always(0.2)) is None
