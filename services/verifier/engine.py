@@ -120,7 +120,7 @@ class Engine:
         if batch.empty:
             return outputs
         batch_size = len(batch.decodes)
-        cost = self._verify_cost
+        cost = self.verify_cost  # the online fit solved once for both prices
         trees = self._draft.trees(batch.decodes, cost.node_cost(batch_size), cost.tree_cost(batch_size))
         ring = self.drafter.feature_ring if self.drafter is not None else None
         start = time.perf_counter()
