@@ -32,7 +32,7 @@ from treespec.bench.throughput import Tally, Throughput
 from treespec.drafter.eagle.config import EagleConfig
 from treespec.drafter.eagle.head_config import EagleFormat
 from treespec.drafter.ngram.config import NgramConfig
-from treespec.shared.cli.eagle_flags import tree_options
+from treespec.shared.cli.eagle_flags import drafting_options
 from treespec.shared.cli.speculation_flags import resolve_budget
 from treespec.shared.drafting.drafter import Drafter, DrafterContext
 from treespec.shared.drafting.registry import create_drafter
@@ -66,7 +66,7 @@ class EagleBenchArgs(runs.BenchArgs):
     @classmethod
     def _fields(cls, ns: argparse.Namespace) -> dict[str, Any]:
         options = {"draft_path": str(ns.draft_path)} if ns.draft_path else {}
-        options.update(tree_options(ns))
+        options.update(drafting_options(ns))
         budget = resolve_budget(ns, DRAFTER, {})
         spec = SpeculationParams(
             num_steps=budget.num_steps, eagle_topk=budget.eagle_topk, num_draft_tokens=budget.num_draft_tokens

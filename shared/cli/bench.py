@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from treespec.shared.cli.arg_types import positive_float, positive_int
-from treespec.shared.cli.eagle_flags import add_tree_arguments
+from treespec.shared.cli.eagle_flags import add_drafting_arguments
 from treespec.shared.cli.speculation_flags import add_budget_arguments, add_cost_arguments
 
 # `bench eagle`: the co-located drafter's deadline per round; generous, so that a loaded machine never
@@ -90,7 +90,7 @@ def _eagle_arguments(parser: argparse.ArgumentParser) -> None:
         help="the EAGLE-3 head's folder (default: the head shipped for the bundled SmolLM2-135M-Instruct)",
     )
     add_budget_arguments(parser)
-    add_tree_arguments(parser)
+    add_drafting_arguments(parser)
     parser.add_argument(
         "--draft-deadline",
         type=positive_float,

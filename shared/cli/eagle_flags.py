@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 EAGLE_ALGORITHMS = ("eagle", "eagle3")
+MATMUL_DTYPES = ("auto", "float32", "bfloat16")  # packed_matmul.MatmulDtype's (importing it loads torch)
 # How the trees are shaped (treespec's own, beside SGLang's budget flags): flag -> (option, help).
 _TREE_FLAGS = {
     "--speculative-eagle-level-cost": (
@@ -38,21 +39,29 @@ def add_eagle_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="FR-Spec for EAGLE-2 heads: a .pt list / 1-D tensor of the target ids the head may draft",
     )
-    add_tree_arguments(group)
+    add_drafting_arguments(group)
 
 
-def add_tree_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+def add_drafting_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """How the head drafts: the tree-shaping flags and the dtype of its products."""
     for flag, (option, text) in _TREE_FLAGS.items():
         parser.add_argument(flag, dest=f"eagle_{option}", type=float, metavar="P", help=text)
+    parser.add_argument(
+        "--speculative-eagle-matmul-dtype",
+        dest="eagle_matmul_dtype",
+        choices=MATMUL_DTYPES,
+        help="the dtype of the head's products when it drafts on a CPU (default: auto, bfloat16 where "
+        "the CPU multiplies it natively, else float32); the draft only, never the output",
+    )
 
 
-def tree_options(ns: argparse.Namespace) -> dict[str, Any]:
-    """The tree-shaping options given (add_tree_arguments)."""
-    options = (option for option, _ in _TREE_FLAGS.values())
+def drafting_options(ns: argparse.Namespace) -> dict[str, Any]:
+    """The drafting options given (add_drafting_arguments)."""
+    options = [option for option, _ in _TREE_FLAGS.values()] + ["matmul_dtype"]
     return {o: getattr(ns, f"eagle_{o}") for o in options if getattr(ns, f"eagle_{o}", None) is not None}
 
 
 def eagle_options(ns: argparse.Namespace) -> dict[str, Any]:
     names = {"eagle_draft_path": "draft_path", "eagle_token_map": "token_map"}
     given = {o: getattr(ns, flag) for flag, o in names.items() if getattr(ns, flag, None) is not None}
-    return {**given, **tree_options(ns)}
+    return {**given, **drafting_options(ns)}

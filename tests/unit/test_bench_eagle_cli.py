@@ -67,10 +67,12 @@ def test_flags_build_the_args(bench_defaults: tuple[Path, Path], head: Path) -> 
     assert args.head_path == head
     assert _args(["--speculative-draft-model-path", str(head)]).options == {"draft_path": str(head)}
     tree = ["--speculative-eagle-level-cost", "0", "--speculative-eagle-min-path-prob", "0.03"]
+    tree += ["--speculative-eagle-matmul-dtype", "bfloat16"]
     assert _args(["--draft-path", str(head), *tree]).options == {
         "draft_path": str(head),
         "level_cost": 0.0,
         "min_path_prob": 0.03,
+        "matmul_dtype": "bfloat16",
     }
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from treespec.drafter.eagle.head_config import EagleFormat
+from treespec.drafter.eagle.packed_matmul import MatmulDtype
 from treespec.shared.drafting.options import config_from_options
 
 # The head trained for the bundled SmolLM2-135M-Instruct with `treespec train-eagle`, shipped in the
@@ -30,6 +31,9 @@ class EagleConfig:
     # length) reaches this cost. None: the weights a head step multiplies by over the target's (both
     # steps are bound by reading their weights); 0: always `num_steps` levels, as SGLang does.
     level_cost: float | None = None
+    # The dtype of the head's products when it drafts on a CPU (packed_matmul.py): `auto` takes
+    # bfloat16 where the CPU multiplies it natively.
+    matmul_dtype: MatmulDtype = MatmulDtype.AUTO
 
     def __post_init__(self) -> None:
         if self.ring_capacity < 64:
@@ -38,6 +42,10 @@ class EagleConfig:
             raise ValueError("min_path_prob must lie in [0, 1)")
         if self.level_cost is not None and not 0.0 <= self.level_cost < 1.0:
             raise ValueError("level_cost must lie in [0, 1)")
+        choices = [d.value for d in MatmulDtype]
+        if str(self.matmul_dtype) not in choices:
+            raise ValueError(f"matmul_dtype must be one of {choices}, got {self.matmul_dtype!r}")
+        object.__setattr__(self, "matmul_dtype", MatmulDtype(str(self.matmul_dtype)))
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> EagleConfig:

@@ -62,7 +62,9 @@ class EagleDrafter(Drafter):
 
     def _level_cost(self) -> float:
         """config.level_cost, or a head step's weights (with the rows of the target's lm_head an EAGLE-2
-        head reads) over a target step's."""
+        head reads) over a target step's. Counted in weights, not bytes: with its products in bfloat16
+        a head step reads half the bytes but keeps its fixed costs (attention, norms, the tree), and
+        half the price grew more levels with no more accepted tokens (README, EAGLE drafting)."""
         if self.config.level_cost is not None:
             return self.config.level_cost
         weights = self.head.step_weights()
@@ -90,7 +92,7 @@ class EagleDrafter(Drafter):
             )
         if config.token_map and head.config.is_eagle3:
             raise ValueError("--speculative-token-map applies to EAGLE-2 heads; EAGLE-3 heads have their own")
-        head.to_device(tensors.embed.device, tensors.embed.dtype).eval()
+        head.to_device(tensors.embed.device, tensors.embed.dtype, config.matmul_dtype).eval()
         ring = context.target.feature_ring(feature_spec(head.config, shape), config.ring_capacity)
         return cls(head, tensors, ring, config)
 

@@ -14,25 +14,35 @@ import torch.nn.functional as F
 from torch import nn
 
 from treespec.drafter.eagle.head_config import EagleHeadConfig
-from treespec.shared.model.linear import linear, pack_weight, packing_supported
+from treespec.drafter.eagle.packed_matmul import MatmulDtype, PackedMatmul, packed_dtype
+from treespec.shared.model.linear import linear
 from treespec.shared.model.rope import RopeTables, apply_rope, build_rope_tables
 
 
 class PackedLinear(nn.Linear):
-    """nn.Linear that, once `pack`ed for inference, multiplies with oneDNN's packed weight (CPU float32:
-    a few rows cost about what one does, see shared/model/linear.py); training uses the plain path."""
+    """nn.Linear that, once `pack`ed for inference, multiplies with oneDNN's packed weight (CPU: a few
+    rows cost about what one does, see shared/model/linear.py; in bfloat16 where that is faster, see
+    packed_matmul.py); training uses the plain path."""
 
-    packed: torch.Tensor | None = None
+    packed: PackedMatmul | None = None
 
-    def pack(self) -> None:
-        self.packed = pack_weight(self.weight.detach().t().contiguous())
+    def pack(self, dtype: torch.dtype) -> None:
+        self.packed = PackedMatmul.of(self.weight, self.bias, dtype)
 
 
 def apply(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     packed = getattr(layer, "packed", None)
     if packed is not None and not torch.is_grad_enabled():
-        return linear(x, packed, layer.bias)
+        return packed(x)
     return layer(x)
+
+
+def fused(layers: list[PackedLinear], dtype: torch.dtype) -> PackedMatmul:
+    """One packed product for several layers reading the same input (their outputs side by side)."""
+    weight = torch.cat([layer.weight for layer in layers])
+    biases = [layer.bias for layer in layers]
+    bias = None if any(b is None for b in biases) else torch.cat([b for b in biases if b is not None])
+    return PackedMatmul.of(weight, bias, dtype)
 
 
 class RMSNorm(nn.Module):
@@ -52,6 +62,11 @@ class EagleAttention(nn.Module):
         self.k_proj = PackedLinear(in_features, c.num_kv_heads * c.head_dim, bias=c.attention_bias)
         self.v_proj = PackedLinear(in_features, c.num_kv_heads * c.head_dim, bias=c.attention_bias)
         self.o_proj = PackedLinear(c.num_heads * c.head_dim, c.hidden_size, bias=False)
+        self.packed_qkv: PackedMatmul | None = None  # q, k and v in one product, once packed
+
+    def pack(self, dtype: torch.dtype) -> None:
+        self.packed_qkv = fused([self.q_proj, self.k_proj, self.v_proj], dtype)
+        self.o_proj.pack(dtype)
 
 
 class EagleMlp(nn.Module):
@@ -60,9 +75,18 @@ class EagleMlp(nn.Module):
         self.gate_proj = PackedLinear(c.hidden_size, c.intermediate_size, bias=False)
         self.up_proj = PackedLinear(c.hidden_size, c.intermediate_size, bias=False)
         self.down_proj = PackedLinear(c.intermediate_size, c.hidden_size, bias=False)
+        self.packed_gate_up: PackedMatmul | None = None  # gate and up in one product, once packed
+
+    def pack(self, dtype: torch.dtype) -> None:
+        self.packed_gate_up = fused([self.gate_proj, self.up_proj], dtype)
+        self.down_proj.pack(dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return apply(self.down_proj, F.silu(apply(self.gate_proj, x)) * apply(self.up_proj, x))
+        if self.packed_gate_up is not None and not torch.is_grad_enabled():
+            gate, up = self.packed_gate_up(x).chunk(2, dim=-1)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return apply(self.down_proj, F.silu(gate) * up)
 
 
 class EagleLayer(nn.Module):
@@ -111,6 +135,7 @@ class EagleHead(nn.Module):
         else:
             self.layers = nn.ModuleList([EagleLayer(c)])
         self.rope: RopeTables = build_rope_tables(c.rope_model_config(), torch.device("cpu"))
+        self.matmul_dtype: torch.dtype | None = None  # set by to_device: the packed weights' dtype
 
     @property
     def layer(self) -> EagleLayer:
@@ -118,12 +143,19 @@ class EagleHead(nn.Module):
         assert isinstance(layer, EagleLayer)
         return layer
 
-    def to_device(self, device: torch.device, dtype: torch.dtype) -> EagleHead:
+    def to_device(
+        self, device: torch.device, dtype: torch.dtype, matmuls: MatmulDtype = MatmulDtype.AUTO
+    ) -> EagleHead:
+        """Weights in `dtype` on `device`; for drafting on a CPU also packed, their products in the
+        dtype `matmuls` asks for (packed_matmul.py)."""
         self.to(device=device, dtype=dtype)
-        if packing_supported(torch.device(device), dtype):
-            for module in self.modules():
-                if isinstance(module, PackedLinear):
-                    module.pack()
+        self.matmul_dtype = packed_dtype(matmuls, torch.device(device), dtype)
+        if self.matmul_dtype is not None:
+            self.fc.pack(self.matmul_dtype)
+            self.layer.self_attn.pack(self.matmul_dtype)
+            self.layer.mlp.pack(self.matmul_dtype)
+            if self.config.is_eagle3:
+                self.lm_head.pack(self.matmul_dtype)
         self.rope = RopeTables(self.rope.cos.to(device), self.rope.sin.to(device))
         return self
 
@@ -156,10 +188,14 @@ class EagleHead(nn.Module):
     def qkv(self, attn_in: torch.Tensor, positions: torch.Tensor) -> QKV:
         c, attn = self.config, self.layer.self_attn
         cos, sin = self.rope.lookup(positions, attn_in.dtype)
-        q = apply_rope(apply(attn.q_proj, attn_in).view(-1, c.num_heads, c.head_dim), cos, sin)
-        k = apply_rope(apply(attn.k_proj, attn_in).view(-1, c.num_kv_heads, c.head_dim), cos, sin)
-        v = apply(attn.v_proj, attn_in).view(-1, c.num_kv_heads, c.head_dim)
-        return QKV(q, k, v)
+        q_size, kv_size = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+        if attn.packed_qkv is not None and not torch.is_grad_enabled():
+            q_out, k_out, v_out = attn.packed_qkv(attn_in).split([q_size, kv_size, kv_size], dim=-1)
+        else:
+            q_out, k_out, v_out = attn.q_proj(attn_in), attn.k_proj(attn_in), attn.v_proj(attn_in)
+        q = apply_rope(q_out.reshape(-1, c.num_heads, c.head_dim), cos, sin)
+        k = apply_rope(k_out.reshape(-1, c.num_kv_heads, c.head_dim), cos, sin)
+        return QKV(q, k, v_out.reshape(-1, c.num_kv_heads, c.head_dim))
 
     def finish(self, residual: torch.Tensor, attn_out: torch.Tensor) -> HeadOutput:
         """attn_out [T, heads * head_dim] -> the layer's output."""

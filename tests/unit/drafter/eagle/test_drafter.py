@@ -119,6 +119,29 @@ def test_greedy_output_equals_plain_decoding(
         assert min(masses) < level_cost <= max(masses)
 
 
+@pytest.mark.parametrize("matmul_dtype", ["float32", "bfloat16"])
+def test_greedy_output_equals_plain_decoding_in_either_matmul_dtype(
+    matmul_dtype: str,
+    heads: dict[str, Path],
+    tiny_path: Path,
+    tiny_model: CausalLM,
+    reference: dict[str, list[int]],
+) -> None:
+    drafter = make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path, matmul_dtype=matmul_dtype)
+    assert drafter.head.matmul_dtype == getattr(torch, matmul_dtype)
+    engine = _engine(tiny_path, tiny_model, drafter)
+    results = engine.generate(_requests(EAGLE))
+    assert {rid: r.token_ids for rid, r in results.items()} == reference
+    assert engine.stats.drafted_tokens > 0
+
+
+def test_an_unknown_matmul_dtype_is_refused(
+    heads: dict[str, Path], tiny_path: Path, tiny_model: CausalLM
+) -> None:
+    with pytest.raises(ValueError, match="matmul_dtype must be one of"):
+        make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path, matmul_dtype="float16")
+
+
 def _check_tree(tree: TokenTree, root: int, budget: TreeBudget) -> None:
     problem = validate_tree(
         tree.tokens,
@@ -289,9 +312,10 @@ def test_a_level_grows_only_while_its_nodes_are_worth_a_head_step(
 
 def test_the_tree_flags_become_options_of_eagle_drafters_only() -> None:
     tree = ["--speculative-eagle-level-cost", "0.1", "--speculative-eagle-min-path-prob", "0.02"]
+    tree += ["--speculative-eagle-matmul-dtype", "float32"]
     for command in (["serve"], ["verifier"], ["drafter", "--kind", "eagle3", "--vocab-size", "97"]):
         ns = build_parser().parse_args([*command, *tree])
-        want = {"level_cost": 0.1, "min_path_prob": 0.02}
+        want = {"level_cost": 0.1, "min_path_prob": 0.02, "matmul_dtype": "float32"}
         assert plugin_options(ns, "EAGLE3") == plugin_options(ns, "eagle") == want
         assert plugin_options(ns, "NGRAM") == {}
         assert plugin_options(build_parser().parse_args(command), "EAGLE3") == {}

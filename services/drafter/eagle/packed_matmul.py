@@ -1,0 +1,89 @@
+"""How the head's matmuls run when it drafts on a CPU: weights packed once for oneDNN, in float32 or
+in bfloat16.
+
+A drafting level multiplies a few rows by every weight of the head, so, like a target decode step, it
+is bound by reading the weights. On a CPU with native bfloat16 dot products (AVX512-BF16, AMX), weights
+packed in bfloat16 are half the bytes to read (README, EAGLE drafting, has the measured gain). The
+activations stay in the target's dtype; only the products run in bfloat16, which moves the draft a
+little and never the output (verification is exact).
+Elsewhere (a GPU, a head in another dtype) the head runs as plain torch modules.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from enum import StrEnum
+
+import torch
+
+from treespec.shared.model.linear import linear, pack_weight, packing_supported
+
+log = logging.getLogger(__name__)
+
+
+class MatmulDtype(StrEnum):
+    """`--speculative-eagle-matmul-dtype`."""
+
+    AUTO = "auto"  # bfloat16 where the CPU multiplies it natively, else float32
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"
+
+
+@dataclass(frozen=True)
+class PackedMatmul:
+    """x [T, in] -> x @ weight + bias, with the weight packed in `dtype`; x and the result in x's dtype."""
+
+    weight: torch.Tensor  # oneDNN's packed layout of [in, out]
+    bias: torch.Tensor | None  # [out], in `dtype`
+    dtype: torch.dtype
+
+    @classmethod
+    def of(cls, weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> PackedMatmul:
+        """weight [out, in] and bias [out] as nn.Linear holds them."""
+        dense = weight.detach().t().to(dtype).contiguous()
+        packed_bias = None if bias is None else bias.detach().to(dtype).contiguous()
+        return cls(pack_weight(dense), packed_bias, dtype)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == self.dtype:
+            return linear(x, self.weight, self.bias)
+        return linear(x.to(self.dtype), self.weight, self.bias).to(x.dtype)
+
+
+def packed_dtype(choice: MatmulDtype, device: torch.device, dtype: torch.dtype) -> torch.dtype | None:
+    """The dtype the head's packed weights take for a head in `dtype` on `device`; None: not packed.
+    Packing applies where it does for the target (CPU, float32, oneDNN present)."""
+    if not packing_supported(device, dtype):
+        if choice is MatmulDtype.BFLOAT16:
+            raise ValueError("bfloat16 head matmuls need a CPU target in float32 with oneDNN")
+        return None
+    if choice is MatmulDtype.FLOAT32:
+        return torch.float32
+    native = _native_bf16()
+    if choice is MatmulDtype.AUTO and not native:
+        return torch.float32
+    if not _bf16_packing_works():
+        if choice is MatmulDtype.BFLOAT16:
+            raise ValueError("this torch build cannot pack bfloat16 weights for oneDNN")
+        return torch.float32
+    if not native:
+        log.warning("this CPU has no native bfloat16 dot products: bfloat16 head matmuls may be slow")
+    return torch.bfloat16
+
+
+def _native_bf16() -> bool:
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def _bf16_packing_works() -> bool:
+    """A small packed bfloat16 product against float32 torch.mm, within bfloat16's precision."""
+    try:
+        generator = torch.Generator().manual_seed(0)
+        weight = torch.randn(48, 64, generator=generator)
+        x = torch.randn(3, 64, generator=generator)
+        got = PackedMatmul.of(weight, None, torch.bfloat16)(x)
+        return bool(torch.allclose(got, x @ weight.t(), rtol=0.05, atol=0.1))
+    except (RuntimeError, AttributeError) as exc:  # a torch build without bfloat16 oneDNN ops
+        log.info("bfloat16 packing unavailable: %r", exc)
+        return False
