@@ -183,6 +183,9 @@ def _figures(tallies: Mapping[str, Tally]) -> dict[str, Any]:
         "eagle3_vs_hf": runs.ratio(eagle.tps, hf.tps),
         "eagle3_colocated_vs_eagle3": runs.ratio(colocated.tps, eagle.tps),
         "ngram_vs_plain": runs.ratio(ngram.tps, plain.tps),
+        **runs.drafting_figures("eagle3", eagle),
+        **runs.drafting_figures("eagle3_colocated", colocated),
+        **runs.drafting_figures("ngram", ngram),
     }
     return {**figures, "targets": runs.check_targets(figures, TARGETS)}
 
@@ -251,4 +254,4 @@ def render(p: dict[str, Any]) -> str:
         f"eagle3 accept: {p['eagle3_accept_len']:.2f}   targets: {'pass' if p['targets_pass'] else 'FAIL'}"
     )
     greedy = [runs.greedy_line(f"{m} greedy output equals plain's", p["greedy"][m]) for m in SPECULATIVE]
-    return "\n".join([throughput, "", targets, "", ratios, *greedy])
+    return "\n".join([throughput, "", targets, "", ratios, runs.drafting_line(p, SPECULATIVE), *greedy])

@@ -138,6 +138,7 @@ def _figures(tallies: Mapping[str, Tally]) -> dict[str, float]:
         "hf_pld_tps": pld.tps,
         "ngram_accept_len": ngram.accept_len,
         "ngram_vs_plain": runs.ratio(ngram.tps, plain.tps),
+        **runs.drafting_figures("ngram", ngram),
     }
 
 
@@ -193,6 +194,7 @@ def render(p: dict[str, Any]) -> str:
         p,
         ["category", "prompts", "plain tok/s", "ngram tok/s", "hf pld tok/s", "ngram/plain", "ngram accept"],
         ["plain_tps", "ngram_tps", "hf_pld_tps", "ngram_vs_plain", "ngram_accept_len"],
-        f"ngram / plain: {p['ngram_vs_plain']:.2f}x   ngram / hf_pld: {p['ngram_vs_hf_pld']:.2f}x",
+        f"ngram / plain: {p['ngram_vs_plain']:.2f}x   ngram / hf_pld: {p['ngram_vs_hf_pld']:.2f}x\n"
+        + runs.drafting_line(p, ["ngram"]),
         "ngram greedy output equals plain's",
     )

@@ -179,12 +179,32 @@ def time_engine(
     category: str,
     spec: SpeculationParams | None,
 ) -> GenerationResult:
+    drafting = engine.timings.draft_s
     start = time.perf_counter()
     result = engine.generate([request(rid, ids, n, spec)])[rid]
     seconds = time.perf_counter() - start
-    stats = result.stats
-    tally.add(method, category, len(result.token_ids), seconds, stats.verify_steps, stats.committed_tokens)
+    stats, draft_s = result.stats, engine.timings.draft_s - drafting
+    tally.add(
+        method, category, len(result.token_ids), seconds, stats.verify_steps, stats.committed_tokens, draft_s
+    )
     return result
+
+
+def drafting_figures(method: str, tally: Tally) -> dict[str, float]:
+    """A speculative method's drafting time per verify step (ms) and share of its time."""
+    return {
+        f"{method}_draft_ms_per_step": tally.draft_ms_per_step,
+        f"{method}_draft_share": tally.draft_share,
+    }
+
+
+def drafting_line(p: Mapping[str, Any], methods: Sequence[str]) -> str:
+    """What drafting cost each method: ms per verify step and share of its time."""
+    parts = [
+        f"{m} {p[f'{m}_draft_ms_per_step']:.2f} ms/step ({100 * p[f'{m}_draft_share']:.0f}% of its time)"
+        for m in methods
+    ]
+    return "drafting: " + "   ".join(parts)
 
 
 @dataclass

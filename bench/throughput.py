@@ -12,6 +12,7 @@ class Tally:
     seconds: float = 0.0
     verify_steps: int = 0
     committed: int = 0  # tokens committed in verify steps (acceptance length numerator)
+    draft_seconds: float = 0.0  # of `seconds`, spent asking the drafter for trees
 
     @property
     def tps(self) -> float:
@@ -21,11 +22,28 @@ class Tally:
     def accept_len(self) -> float:
         return self.committed / self.verify_steps if self.verify_steps else 0.0
 
-    def add(self, tokens: int, seconds: float, verify_steps: int = 0, committed: int = 0) -> None:
+    @property
+    def draft_ms_per_step(self) -> float:
+        return 1e3 * self.draft_seconds / self.verify_steps if self.verify_steps else 0.0
+
+    @property
+    def draft_share(self) -> float:
+        """The share of the time spent drafting."""
+        return self.draft_seconds / self.seconds if self.seconds else 0.0
+
+    def add(
+        self,
+        tokens: int,
+        seconds: float,
+        verify_steps: int = 0,
+        committed: int = 0,
+        draft_seconds: float = 0.0,
+    ) -> None:
         self.tokens += tokens
         self.seconds += seconds
         self.verify_steps += verify_steps
         self.committed += committed
+        self.draft_seconds += draft_seconds
 
 
 @dataclass
@@ -38,10 +56,17 @@ class Throughput:
     overall: dict[str, Tally] = field(default_factory=lambda: defaultdict(Tally))
 
     def add(
-        self, method: str, category: str, tokens: int, seconds: float, steps: int = 0, committed: int = 0
+        self,
+        method: str,
+        category: str,
+        tokens: int,
+        seconds: float,
+        steps: int = 0,
+        committed: int = 0,
+        draft_seconds: float = 0.0,
     ) -> None:
-        self.by_category[method][category].add(tokens, seconds, steps, committed)
-        self.overall[method].add(tokens, seconds, steps, committed)
+        self.by_category[method][category].add(tokens, seconds, steps, committed, draft_seconds)
+        self.overall[method].add(tokens, seconds, steps, committed, draft_seconds)
 
     def categories(self) -> list[str]:
         return sorted({c for per in self.by_category.values() for c in per})

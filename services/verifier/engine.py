@@ -36,6 +36,7 @@ from treespec.verifier.request import (
 from treespec.verifier.scheduler import Scheduler
 from treespec.verifier.state import Phase, RequestState
 from treespec.verifier.stats import SpecStats
+from treespec.verifier.step_timing import StepTimes, StepTimings
 from treespec.verifier.verify_cost import FixedNodeCost, VerifyCost, measure_verify_cost
 from treespec.verifier.verify_cost_fit import OnlineVerifyCost
 from treespec.verifier.verify_stage import verify
@@ -79,6 +80,8 @@ class Engine:
         )
         self.drafter = drafter
         self.stats = SpecStats()
+        self.timings = StepTimings()  # totals over the steps that ran a batch
+        self.last_step: StepTimes | None = None  # the last step's, None when it ran no batch
         self._draft = DraftStage(drafter, mc.vocab_size)
         self._forward = ForwardStage(self.model, self.cache, TorchAttentionBackend(mc.sliding_window))
         self._verify_cost = self._node_cost_model()
@@ -115,15 +118,18 @@ class Engine:
         return bool(self._states) or not self._inbox.empty()
 
     def step(self) -> list[RequestOutput]:
+        self.last_step = None
         outputs = self._drain_inbox()
         batch = self.scheduler.schedule()
         if batch.empty:
             return outputs
+        step_start = time.perf_counter()
         batch_size = len(batch.decodes)
         cost = self.verify_cost  # the online fit solved once for both prices
         trees = self._draft.trees(batch.decodes, cost.node_cost(batch_size), cost.tree_cost(batch_size))
         ring = self.drafter.feature_ring if self.drafter is not None else None
         start = time.perf_counter()
+        draft_s = start - step_start if self.drafter is not None else None
         result = self._forward.run(batch, trees, ring.spec if ring is not None else None)
         verdicts = verify(result)
         if isinstance(self._verify_cost, OnlineVerifyCost) and not batch.prefills:
@@ -136,6 +142,8 @@ class Engine:
                 self._finish(self._states[out.request_id])
             else:
                 self.scheduler.trim(self._states[out.request_id])
+        self.last_step = StepTimes(time.perf_counter() - step_start, draft_s)
+        self.timings.add(self.last_step)
         return outputs
 
     def generate(self, requests: Iterable[GenerationRequest]) -> dict[str, GenerationResult]:

@@ -125,7 +125,8 @@ def test_payload_has_the_issue_keys_and_targets(bench_defaults: tuple[Path, Path
     }
     assert set(runs_) == set(METHODS)
     for method, (seconds, steps) in runs_.items():
-        tally.add(method, "coding", 12, seconds, steps, 12 if steps else 0)
+        drafting = seconds / 4 if steps else 0.0
+        tally.add(method, "coding", 12, seconds, steps, 12 if steps else 0, draft_seconds=drafting)
     prompts = [BenchPrompt(1, "coding", "hi")]
     checks = {m: GreedyCheck(lambda ids: torch.zeros(4)) for m in ("eagle3", "eagle3_colocated", "ngram")}
     measured = NodeCost(0.05, 0.025, VerifyCost(step_s=0.04, row_s=0.002, tree_s=0.001))
@@ -155,8 +156,12 @@ def test_payload_has_the_issue_keys_and_targets(bench_defaults: tuple[Path, Path
         "row_ms": 2.0,
         "tree_ms": 1.0,
     }
+    # drafting: a quarter of each speculative method's time, over its verify steps
+    assert p["eagle3_draft_ms_per_step"] == 62.5 and p["eagle3_draft_share"] == 0.25
+    assert p["ngram_draft_ms_per_step"] == 62.5 and p["eagle3_colocated_draft_share"] == 0.25
     text = render(p)
     assert "eagle3 / plain: 2.00x   eagle3 / hf: 3.00x   co-located / in-process: 0.80x" in text
+    assert "drafting: eagle3 62.50 ms/step (25% of its time)   eagle3_colocated 52.08 ms/step" in text
     assert "3.00 pass" in text and "0.80 FAIL" in text and "targets: FAIL" in text
     assert "eagle3_colocated greedy output equals plain's (near-tie rule): True" in text
 
@@ -179,6 +184,7 @@ def test_a_real_run_writes_the_json(
     assert ISSUE_KEYS | {"per_category", "targets", "greedy"} <= set(p)
     assert set(p["per_category"]) == {"coding", "math"}
     assert all(p[k] > 0 for k in ISSUE_KEYS) and p["eagle3_accept_len"] >= 1.0
+    assert 0 < p["eagle3_draft_share"] < 1 and p["eagle3_draft_ms_per_step"] > 0
     assert p["identical"], p["greedy"]
     assert p["setup"]["prompts"] == 2 and p["setup"]["batch_size"] == 1
     text = capsys.readouterr().out

@@ -66,6 +66,18 @@ class VerifierMetrics:
             ["depth"],
             registry=registry,
         )
+        self.step_seconds = Histogram(
+            PREFIX + "step_seconds",
+            "Wall time of an engine step that ran a batch (draft, forward, verify, commit).",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.draft_seconds = Histogram(
+            PREFIX + "draft_seconds",
+            "Time an engine step spent asking the drafter for trees (with a drafter only).",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
         self.running_requests = Gauge(PREFIX + "running_requests", "Requests running.", registry=registry)
         self.waiting_requests = Gauge(PREFIX + "waiting_requests", "Requests waiting.", registry=registry)
         self.kv_blocks_used = Gauge(PREFIX + "kv_blocks_used", "KV cache blocks in use.", registry=registry)
@@ -95,6 +107,10 @@ class VerifierMetrics:
             self.depth_accepted.labels(str(depth)).inc(accepted)
 
     def engine_stepped(self, snapshot: EngineSnapshot) -> None:
+        if snapshot.last_step is not None:
+            self.step_seconds.observe(snapshot.last_step.step_s)
+            if snapshot.last_step.draft_s is not None:
+                self.draft_seconds.observe(snapshot.last_step.draft_s)
         self.running_requests.set(snapshot.running_requests)
         self.waiting_requests.set(snapshot.waiting_requests)
         self.kv_blocks_used.set(snapshot.kv_blocks_used)

@@ -9,6 +9,7 @@ from typing import Protocol
 from treespec.verifier.engine import Engine
 from treespec.verifier.request import RequestOutput
 from treespec.verifier.stats import SpecStats
+from treespec.verifier.step_timing import StepTimes
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class EngineSnapshot:
     kv_blocks_total: int
     kv_blocks_free: int
     speculation: SpecStats  # a copy of the engine's totals
+    last_step: StepTimes | None = None  # the step just run, None when it ran no batch
 
     @property
     def kv_blocks_used(self) -> int:
@@ -33,6 +35,7 @@ class EngineSnapshot:
             kv_blocks_total=engine.config.num_blocks,
             kv_blocks_free=engine.num_free_blocks,
             speculation=copy.deepcopy(engine.stats),
+            last_step=engine.last_step,
         )
 
 

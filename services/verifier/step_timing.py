@@ -1,0 +1,32 @@
+"""Where an engine step's wall time goes: drafting against the rest (forward, verify, commit).
+
+Drafting is what speculation adds to a step: the drafter's proposal in process, or its round trip to a
+drafter service. The engine keeps the last step's split (for the verifier's Prometheus histograms) and
+running totals (for the benchmarks: drafting time per verify step and its share of the time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """One engine step that ran a batch, in seconds."""
+
+    step_s: float  # the whole step: draft, forward, verify, commit
+    draft_s: float | None  # asking the drafter for trees; None without a drafter
+
+
+@dataclass
+class StepTimings:
+    """Totals over the steps that ran a batch."""
+
+    steps: int = 0
+    step_s: float = 0.0
+    draft_s: float = 0.0  # over the steps with a drafter
+
+    def add(self, times: StepTimes) -> None:
+        self.steps += 1
+        self.step_s += times.step_s
+        self.draft_s += times.draft_s or 0.0

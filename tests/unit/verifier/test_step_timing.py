@@ -1,0 +1,46 @@
+"""The engine splits each step's time into drafting and the rest: what the benches report per verify
+step and the verifier exports as histograms."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from tests.unit.verifier.test_engine_greedy import VOCAB, engine, greedy
+from treespec.drafter.random_tree.drafter import RandomTreeDrafter
+from treespec.shared.drafting.drafter import DraftQuery
+from treespec.shared.drafting.token_tree import TokenTree
+from treespec.shared.model.causal_lm import CausalLM
+
+DELAY_S = 0.02
+
+
+class SlowDrafter(RandomTreeDrafter):
+    """Random trees, each batch of them DELAY_S late."""
+
+    def propose(self, queries: Sequence[DraftQuery]) -> list[TokenTree | None]:
+        time.sleep(DELAY_S)
+        return super().propose(queries)
+
+
+def test_drafting_time_is_counted_apart_from_the_step(tiny_path: Path, tiny_model: CausalLM) -> None:
+    e = engine(tiny_path, tiny_model, SlowDrafter(VOCAB, seed=3))
+    start = time.perf_counter()
+    e.generate(greedy(i, n=6) for i in range(2))
+    wall = time.perf_counter() - start
+    t = e.timings
+    # Every decode step drafts once for the batch (both requests at most): at least this many delays.
+    decode_steps = -(-e.stats.verify_steps // 2)
+    assert t.steps >= decode_steps > 0
+    assert DELAY_S * decode_steps <= t.draft_s < t.step_s <= wall
+
+
+def test_without_a_drafter_no_step_drafts(tiny_path: Path, tiny_model: CausalLM) -> None:
+    e = engine(tiny_path, tiny_model)
+    e.add_request(greedy(0, spec=False, n=3))
+    e.step()
+    assert e.last_step is not None and e.last_step.draft_s is None and e.last_step.step_s > 0
+    while e.has_work():
+        e.step()
+    assert e.timings.draft_s == 0.0 and e.timings.steps >= 3  # a prefill, then 2 decode steps
