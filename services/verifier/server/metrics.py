@@ -25,17 +25,11 @@ class VerifierMetrics:
         )
         self.prompt_tokens = Counter(PREFIX + "prompt_tokens", "Prompt tokens processed.", registry=registry)
         self.output_tokens = Counter(PREFIX + "output_tokens", "Tokens generated.", registry=registry)
-        self.time_to_first_token = Histogram(
-            PREFIX + "time_to_first_token_seconds",
-            "From submission to the first generated token.",
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
+        self.time_to_first_token = self._seconds(
+            "time_to_first_token", "From submission to the first generated token."
         )
-        self.time_per_output_token = Histogram(
-            PREFIX + "time_per_output_token_seconds",
-            "Mean time per generated token after the first, per request.",
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
+        self.time_per_output_token = self._seconds(
+            "time_per_output_token", "Mean time per generated token after the first, per request."
         )
         self.acceptance_length = Histogram(
             PREFIX + "acceptance_length",
@@ -66,22 +60,20 @@ class VerifierMetrics:
             ["depth"],
             registry=registry,
         )
-        self.step_seconds = Histogram(
-            PREFIX + "step_seconds",
-            "Wall time of an engine step that ran a batch (draft, forward, verify, commit).",
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
+        self.step_seconds = self._seconds(
+            "step", "Wall time of an engine step that ran a batch (draft, forward, verify, commit)."
         )
-        self.draft_seconds = Histogram(
-            PREFIX + "draft_seconds",
-            "Time an engine step spent asking the drafter for trees (with a drafter only).",
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
+        self.draft_seconds = self._seconds(
+            "draft", "Time an engine step spent asking the drafter for trees (with a drafter only)."
         )
         self.running_requests = Gauge(PREFIX + "running_requests", "Requests running.", registry=registry)
         self.waiting_requests = Gauge(PREFIX + "waiting_requests", "Requests waiting.", registry=registry)
         self.kv_blocks_used = Gauge(PREFIX + "kv_blocks_used", "KV cache blocks in use.", registry=registry)
         self.kv_blocks_total = Gauge(PREFIX + "kv_blocks_total", "KV cache blocks.", registry=registry)
+
+    def _seconds(self, name: str, text: str) -> Histogram:
+        """A latency histogram `<PREFIX><name>_seconds`."""
+        return Histogram(PREFIX + name + "_seconds", text, buckets=LATENCY_BUCKETS, registry=self.registry)
 
     def request_finished(self, record: FinishedRequest) -> None:
         output = record.output
