@@ -3,9 +3,10 @@ in bfloat16.
 
 A drafting level multiplies a few rows by every weight of the head, so, like a target decode step, it
 is bound by reading the weights. On a CPU with native bfloat16 dot products (AVX512-BF16, AMX), weights
-packed in bfloat16 are half the bytes to read (README, EAGLE drafting, has the measured gain). The
-activations stay in the target's dtype; only the products run in bfloat16, which moves the draft a
-little and never the output (verification is exact).
+packed in bfloat16 are half the bytes to read: with the shipped SmolLM2 head, drafting took 10.8 ms per
+verify step against 13.8 ms in float32, at the same acceptance length (`treespec bench eagle --quick`,
+README). The activations stay in the target's dtype; only the products run in bfloat16, which moves
+the draft a little and never the output (verification is exact).
 Elsewhere (a GPU, a head in another dtype) the head runs as plain torch modules.
 """
 
