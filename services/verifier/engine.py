@@ -126,10 +126,11 @@ class Engine:
         step_start = time.perf_counter()
         batch_size = len(batch.decodes)
         cost = self.verify_cost  # the online fit solved once for both prices
+        draft_start = time.perf_counter()
         trees = self._draft.trees(batch.decodes, cost.node_cost(batch_size), cost.tree_cost(batch_size))
         ring = self.drafter.feature_ring if self.drafter is not None else None
         start = time.perf_counter()
-        draft_s = start - step_start if self.drafter is not None else None
+        draft_s = start - draft_start if self.drafter is not None else None
         result = self._forward.run(batch, trees, ring.spec if ring is not None else None)
         verdicts = verify(result)
         if isinstance(self._verify_cost, OnlineVerifyCost) and not batch.prefills:
