@@ -74,7 +74,9 @@ def packed_dtype(choice: MatmulDtype, device: torch.device, dtype: torch.dtype) 
 
 
 def _native_bf16() -> bool:
-    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    """AVX512-BF16 or AMX, as torch reads the CPU (False on a torch build that cannot tell)."""
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in checks)
 
 
 def _bf16_packing_works() -> bool:

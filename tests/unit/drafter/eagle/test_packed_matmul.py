@@ -97,3 +97,11 @@ def test_the_matmul_dtype_follows_the_option_and_the_cpu(monkeypatch: pytest.Mon
 
 def test_the_cli_offers_every_matmul_dtype() -> None:
     assert tuple(d.value for d in MatmulDtype) == MATMUL_DTYPES
+
+
+def test_a_torch_that_cannot_read_the_cpu_means_no_native_bfloat16(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    assert packed_matmul._native_bf16()
+    for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        monkeypatch.delattr(torch.cpu, name, raising=False)
+    assert not packed_matmul._native_bf16()
