@@ -175,7 +175,8 @@ class EagleDrafter(Drafter):
 
     def _grow(self, items: list[tuple[SearchTree, DraftState]]) -> None:
         """Levels 2..num_steps: expand the best `topk` nodes of the last level of every tree at once,
-        while those nodes' path probability is worth a head step (`level_cost`)."""
+        while those nodes' path probability is worth a head step (`level_cost`) and their children
+        could still be kept (`SearchTree.can_add_kept`)."""
         frontier = {id(t): t.best(list(range(1, len(t.tokens))), t.budget.topk) for t, _ in items}
         expanded_k: dict[int, list[torch.Tensor]] = {id(t): [] for t, _ in items}
         expanded_v: dict[int, list[torch.Tensor]] = {id(t): [] for t, _ in items}
@@ -189,6 +190,7 @@ class EagleDrafter(Drafter):
                 if level < t.budget.num_steps
                 and frontier[id(t)]
                 and t.mass(frontier[id(t)]) >= self.level_cost
+                and t.can_add_kept(frontier[id(t)])
             ]
             if not active:
                 return

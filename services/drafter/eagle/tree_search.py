@@ -4,7 +4,8 @@ Level 1 is the root's `topk` most likely children. Each later step expands the `
 the previous level (by cumulative draft log-probability) by their `topk` best children. At the end
 the `num_draft_tokens - 1` best nodes overall are kept, or fewer when the budget's node cost says
 the weakest of them do not pay for their verify rows (shared/drafting/tree_value.py): a child never
-scores above its parent (and ties go to the earlier node), so the kept set is a tree.
+scores above its parent (and ties go to the earlier node), so the kept set is a tree, and a level
+whose expanded nodes all rank below the kept places is not grown (`can_add_kept`).
 """
 
 from __future__ import annotations
@@ -62,6 +63,18 @@ class SearchTree:
     def mass(self, nodes: list[int]) -> float:
         """The nodes' total path probability: the most their children can add to the accepted length."""
         return sum(math.exp(self.scores[i]) for i in nodes)
+
+    def can_add_kept(self, frontier: list[int]) -> bool:
+        """Whether expanding `frontier` could change the kept nodes. Not when the best
+        `num_draft_tokens - 1` places are full and no frontier node scores above the last of them: a
+        child scores at most its parent and, created later, loses ties, and that last score only rises
+        as the tree grows, so no child nor later descendant could take a place."""
+        places = self.budget.num_draft_tokens - 1
+        ranked = self.best(list(range(1, len(self.tokens))), places)
+        if len(ranked) < places:
+            return True
+        last = self.scores[ranked[-1]]
+        return any(self.scores[i] > last for i in frontier)
 
     def kept(self) -> list[int]:
         """The best `num_draft_tokens - 1` drafted nodes, as many of them as pay for their verify

@@ -321,6 +321,57 @@ def test_the_tree_flags_become_options_of_eagle_drafters_only() -> None:
         assert plugin_options(build_parser().parse_args(command), "EAGLE3") == {}
 
 
+def test_a_level_that_cannot_change_the_kept_nodes_is_not_grown() -> None:
+    tree = SearchTree(5, TreeBudget(4, 5, 2))  # 3 places
+    kids = tree.add_children(0, torch.tensor([0.7, 0.2, 0.05, 0.05]).log(), None)  # 1: .7, 2: .2
+    assert tree.can_add_kept([kids[1]])  # places left
+    grand = tree.add_children(kids[0], torch.tensor([0.6, 0.3, 0.1]).log(), None)  # 3: .42, 4: .21
+    assert tree.kept() == [1, 3, 4]  # the last place: .21
+    assert tree.can_add_kept(grand) and not tree.can_add_kept([grand[1]]) and not tree.can_add_kept([kids[1]])
+    tree.add_children(grand[1], torch.tensor([0.99, 0.01]).log(), None)  # a child ties its parent at best
+    tree.add_children(kids[1], torch.tensor([0.99, 0.01]).log(), None)
+    assert tree.kept() == [1, 3, 4]
+    # Places count only nodes above the floor: with .3, two nodes hold places, so a third may come.
+    floored = SearchTree(5, TreeBudget(4, 5, 2), min_path_prob=0.3)
+    first = floored.add_children(0, torch.tensor([0.7, 0.2, 0.1]).log(), None)
+    floored.add_children(first[0], torch.tensor([0.6, 0.3, 0.1]).log(), None)
+    assert floored.can_add_kept([first[1]])
+
+
+def test_levels_that_cannot_change_the_tree_are_skipped_and_the_trees_stay_the_same(
+    heads: dict[str, Path], tiny_path: Path, tiny_model: CausalLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two drafters with the same seed on one request's state: one skips such levels, the other (its
+    check always true) grows every level. Same trees, draft probabilities included; fewer head passes."""
+    drafters = {
+        mode: make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path) for mode in ("skip", "all")
+    }
+    _grown_request(drafters["skip"], tiny_path, tiny_model)
+    drafters["all"]._requests["r"] = drafters["skip"]._requests["r"]
+    passes = dict.fromkeys(drafters, 0)
+    for mode, drafter in drafters.items():
+        run = drafter._run
+
+        def counted(*args: Any, mode: str = mode, run: Any = run) -> Any:
+            passes[mode] += 1
+            return run(*args)
+
+        monkeypatch.setattr(drafter, "_run", counted)
+    budgets = [TreeBudget(n, steps, k) for n, steps, k in ((4, 5, 3), (6, 4, 2), (8, 5, 4), (3, 5, 2))]
+    trees: dict[str, list[TokenTree | None]] = {mode: [] for mode in drafters}
+    can_add_kept = SearchTree.can_add_kept
+    for budget in budgets:
+        for mode, drafter in drafters.items():
+            check = can_add_kept if mode == "skip" else (lambda self, frontier: True)
+            monkeypatch.setattr(SearchTree, "can_add_kept", check)
+            trees[mode] += drafter.propose([DraftQuery("r", budget)])
+    for got, want in zip(trees["skip"], trees["all"], strict=True):
+        assert got is not None and want is not None
+        assert torch.equal(got.tokens, want.tokens) and torch.equal(got.parents, want.parents)
+        assert got.probs is not None and want.probs is not None and torch.equal(got.probs, want.probs)
+    assert passes["skip"] < passes["all"]
+
+
 def test_kept_nodes_pay_for_their_verify_rows() -> None:
     def search(node_cost: float, tree_cost: float = 0.0) -> SearchTree:
         tree = SearchTree(5, TreeBudget(8, 3, 2, node_cost=node_cost, tree_cost=tree_cost))
