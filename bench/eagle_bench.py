@@ -1,11 +1,13 @@
-"""`treespec bench eagle`: the engine plain vs EAGLE-3 (in process and co-located) vs n-gram vs HF.
+"""`treespec bench eagle`: the engine plain vs EAGLE-3 (in process, co-located, and merged with n-gram
+matches) vs n-gram vs HF.
 
 Batch size 1, temperature 0, the same weights and prompts, interleaved prompt by prompt in one run, so
 that a drift of the machine's speed hits every method alike. EAGLE-3 drafts with the shipped head for
 the bundled SmolLM2-135M-Instruct (or --draft-path) under the --speculative-* tree budget (SGLang's
 5/4/8 by default), once in the verifier's process and once co-located: a `treespec drafter --kind
 eagle3 --colocate` process reading the target's tensors and features through shared memory, asked over
-gRPC with a generous deadline (a missed one would mean plain decoding). The n-gram engine drafts with
+gRPC with a generous deadline (a missed one would mean plain decoding); and once more in process with
+the n-gram drafter's trees merged in (--speculative-eagle-ngram). The n-gram engine drafts with
 its own default budget; HF runs greedy `generate` in fp32. Every speculative output must equal the plain
 output (near-tie rule). Targets: EAGLE-3 acceptance length >= 3.0; EAGLE-3 tokens/s >= 1.8x plain and
 >= 2.5x HF; co-located within 10% of in process.
@@ -43,8 +45,8 @@ from treespec.verifier.engine import Engine
 from treespec.verifier.request import SpeculationParams
 
 DRAFTER = "eagle3"
-METHODS = ("plain", "eagle3", "eagle3_colocated", "ngram", "hf_greedy")
-SPECULATIVE = ("eagle3", "eagle3_colocated", "ngram")
+METHODS = ("plain", "eagle3", "eagle3_colocated", "eagle3_ngram", "ngram", "hf_greedy")
+SPECULATIVE = ("eagle3", "eagle3_colocated", "eagle3_ngram", "ngram")
 TARGETS = (
     runs.Target("eagle3_accept_len", 3.0),
     runs.Target("eagle3_vs_plain", 1.8),
@@ -133,6 +135,11 @@ def _runners(
             DRAFTER, DrafterContext(vocab_size, args.model, dict(args.options), LocalTargetAccess(model))
         )
         stack.callback(eagle.shutdown)
+        merged_options = {**args.options, "ngram": {}}
+        merged = create_drafter(
+            DRAFTER, DrafterContext(vocab_size, args.model, merged_options, LocalTargetAccess(model))
+        )
+        stack.callback(merged.shutdown)
         ngram = create_drafter("ngram", DrafterContext(vocab_size, args.model, {}))
         stack.callback(ngram.shutdown)
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="treespec-bench-")))
@@ -162,6 +169,7 @@ def _runners(
                 "plain": (plain, None),
                 "eagle3": engine(eagle, spec),
                 "eagle3_colocated": engine(co.remote, spec),
+                "eagle3_ngram": engine(merged, spec),
                 "ngram": engine(ngram, ngram_spec),
             },
             node_cost=node_cost,
@@ -169,22 +177,27 @@ def _runners(
 
 
 def _figures(tallies: Mapping[str, Tally]) -> dict[str, Any]:
-    plain, eagle, colocated, ngram, hf = (tallies[m] for m in METHODS)
+    plain, eagle, colocated, merged, ngram, hf = (tallies[m] for m in METHODS)
     figures = {
         "plain_tps": plain.tps,
         "eagle3_tps": eagle.tps,
         "eagle3_colocated_tps": colocated.tps,
+        "eagle3_ngram_tps": merged.tps,
         "ngram_tps": ngram.tps,
         "hf_greedy_tps": hf.tps,
         "eagle3_accept_len": eagle.accept_len,
         "eagle3_colocated_accept_len": colocated.accept_len,
+        "eagle3_ngram_accept_len": merged.accept_len,
         "ngram_accept_len": ngram.accept_len,
         "eagle3_vs_plain": runs.ratio(eagle.tps, plain.tps),
         "eagle3_vs_hf": runs.ratio(eagle.tps, hf.tps),
         "eagle3_colocated_vs_eagle3": runs.ratio(colocated.tps, eagle.tps),
+        "eagle3_ngram_vs_plain": runs.ratio(merged.tps, plain.tps),
+        "eagle3_ngram_vs_hf": runs.ratio(merged.tps, hf.tps),
         "ngram_vs_plain": runs.ratio(ngram.tps, plain.tps),
         **runs.drafting_figures("eagle3", eagle),
         **runs.drafting_figures("eagle3_colocated", colocated),
+        **runs.drafting_figures("eagle3_ngram", merged),
         **runs.drafting_figures("ngram", ngram),
     }
     return {**figures, "targets": runs.check_targets(figures, TARGETS)}
@@ -218,6 +231,7 @@ def _payload(
             eagle3_head=str(args.head_path),
             eagle3_budget=_budget(args.speculation),
             eagle3_colocated="a `treespec drafter --kind eagle3 --colocate` process (shared memory, gRPC)",
+            eagle3_ngram="the same head, its trees merged with n-gram trees (--speculative-eagle-ngram)",
             draft_deadline_s=args.deadline_s,
             ngram_budget=_budget(ngram_spec),
             ngram_memory="in-process",
@@ -230,8 +244,17 @@ def _payload(
 def render(p: dict[str, Any]) -> str:
     throughput = runs.table(
         p,
-        ["category", "prompts", "plain tok/s", "eagle3 tok/s", "co-located tok/s", "ngram tok/s", "hf tok/s"],
-        ["plain_tps", "eagle3_tps", "eagle3_colocated_tps", "ngram_tps", "hf_greedy_tps"],
+        [
+            "category",
+            "prompts",
+            "plain tok/s",
+            "eagle3 tok/s",
+            "co-located tok/s",
+            "eagle3+ngram tok/s",
+            "ngram tok/s",
+            "hf tok/s",
+        ],
+        ["plain_tps", "eagle3_tps", "eagle3_colocated_tps", "eagle3_ngram_tps", "ngram_tps", "hf_greedy_tps"],
     )
     targets = runs.table(
         p,
@@ -243,15 +266,26 @@ def render(p: dict[str, Any]) -> str:
             "eagle3/hf >= 2.5",
             "co-located/in-process >= 0.9",
             "co-located accept",
+            "eagle3+ngram accept",
+            "eagle3+ngram/plain",
             "ngram accept",
             "ngram/plain",
         ],
-        [t.key for t in TARGETS] + ["eagle3_colocated_accept_len", "ngram_accept_len", "ngram_vs_plain"],
+        [t.key for t in TARGETS]
+        + [
+            "eagle3_colocated_accept_len",
+            "eagle3_ngram_accept_len",
+            "eagle3_ngram_vs_plain",
+            "ngram_accept_len",
+            "ngram_vs_plain",
+        ],
     )
     ratios = (
         f"eagle3 / plain: {p['eagle3_vs_plain']:.2f}x   eagle3 / hf: {p['eagle3_vs_hf']:.2f}x   "
         f"co-located / in-process: {p['eagle3_colocated_vs_eagle3']:.2f}x   "
-        f"eagle3 accept: {p['eagle3_accept_len']:.2f}   targets: {'pass' if p['targets_pass'] else 'FAIL'}"
+        f"eagle3 accept: {p['eagle3_accept_len']:.2f}   targets: {'pass' if p['targets_pass'] else 'FAIL'}\n"
+        f"eagle3+ngram / plain: {p['eagle3_ngram_vs_plain']:.2f}x   eagle3+ngram / hf: "
+        f"{p['eagle3_ngram_vs_hf']:.2f}x   eagle3+ngram accept: {p['eagle3_ngram_accept_len']:.2f}"
     )
     greedy = [runs.greedy_line(f"{m} greedy output equals plain's", p["greedy"][m]) for m in SPECULATIVE]
     return "\n".join([throughput, "", targets, "", ratios, runs.drafting_line(p, SPECULATIVE), *greedy])

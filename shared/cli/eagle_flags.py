@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from treespec.shared.cli.ngram_flags import ngram_options
+
 EAGLE_ALGORITHMS = ("eagle", "eagle3")
 MATMUL_DTYPES = ("auto", "float32", "bfloat16")  # packed_matmul.MatmulDtype's (importing it loads torch)
 # How the trees are shaped (treespec's own, beside SGLang's budget flags): flag -> (option, help).
@@ -39,6 +41,15 @@ def add_eagle_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="FR-Spec for EAGLE-2 heads: a .pt list / 1-D tensor of the target ids the head may draft",
     )
+    group.add_argument(
+        "--speculative-eagle-ngram",
+        dest="eagle_ngram",
+        action="store_true",
+        default=None,
+        help="also draft from n-gram matches (the request's own text and the n-gram memory, with the "
+        "--speculative-ngram-* flags and --redis-url) and merge their trees with the head's: faster "
+        "where the output copies its context",
+    )
     add_drafting_arguments(group)
 
 
@@ -64,4 +75,6 @@ def drafting_options(ns: argparse.Namespace) -> dict[str, Any]:
 def eagle_options(ns: argparse.Namespace) -> dict[str, Any]:
     names = {"eagle_draft_path": "draft_path", "eagle_token_map": "token_map"}
     given = {o: getattr(ns, flag) for flag, o in names.items() if getattr(ns, flag, None) is not None}
+    if getattr(ns, "eagle_ngram", None):
+        given["ngram"] = ngram_options(ns)
     return {**given, **drafting_options(ns)}

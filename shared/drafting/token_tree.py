@@ -37,12 +37,15 @@ class TokenTree:
     Parents come before children (parents[0] = -1, parents[i] < i). `probs`, when present, holds each
     node's draft probability among its siblings: per parent they sum to 1 and the drafter ordered the
     siblings as a draw without replacement from them (see kernels/acceptance.py). Without probs the
-    draft is deterministic (point masses).
+    draft is deterministic (point masses). `path_probs`, when present, holds the drafter's estimate
+    that each node's whole path is accepted (the root's: 1; a child's never above its parent's): what
+    trees from several drafters are merged by (tree_merge.py). It stays in the drafter's process.
     """
 
     tokens: torch.Tensor  # [n] long, CPU
     parents: torch.Tensor  # [n] long, CPU
     probs: torch.Tensor | None = None  # [n] float32, CPU
+    path_probs: torch.Tensor | None = None  # [n] float32, CPU
 
     @property
     def num_nodes(self) -> int:

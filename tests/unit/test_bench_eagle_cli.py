@@ -120,6 +120,7 @@ def test_payload_has_the_issue_keys_and_targets(bench_defaults: tuple[Path, Path
         "plain": (2.0, 0),
         "eagle3": (1.0, 4),
         "eagle3_colocated": (1.25, 6),
+        "eagle3_ngram": (0.8, 3),
         "ngram": (1.5, 6),
         "hf_greedy": (3.0, 0),
     }
@@ -128,13 +129,16 @@ def test_payload_has_the_issue_keys_and_targets(bench_defaults: tuple[Path, Path
         drafting = seconds / 4 if steps else 0.0
         tally.add(method, "coding", 12, seconds, steps, 12 if steps else 0, draft_seconds=drafting)
     prompts = [BenchPrompt(1, "coding", "hi")]
-    checks = {m: GreedyCheck(lambda ids: torch.zeros(4)) for m in ("eagle3", "eagle3_colocated", "ngram")}
+    speculative = ("eagle3", "eagle3_colocated", "eagle3_ngram", "ngram")
+    checks = {m: GreedyCheck(lambda ids: torch.zeros(4)) for m in speculative}
     measured = NodeCost(0.05, 0.025, VerifyCost(step_s=0.04, row_s=0.002, tree_s=0.001))
     p = _payload(args, prompts, tally, checks, SpeculationParams(num_steps=7, num_draft_tokens=8), measured)
     assert ISSUE_KEYS | {"per_category"} <= set(p)
     assert set(p["per_category"]["coding"]) >= ISSUE_KEYS
     assert p["eagle3_accept_len"] == 3.0 and p["eagle3_vs_plain"] == 2.0 and p["eagle3_vs_hf"] == 3.0
     assert p["eagle3_colocated_vs_eagle3"] == pytest.approx(0.8) and p["eagle3_colocated_accept_len"] == 2.0
+    assert p["eagle3_ngram_accept_len"] == 4.0 and p["eagle3_ngram_vs_plain"] == 2.5
+    assert p["eagle3_ngram_vs_hf"] == 3.75 and p["eagle3_ngram_tps"] == 15.0
     targets = {k: v["pass"] for k, v in p["targets"].items()}
     assert targets == {
         "eagle3_accept_len": True,
@@ -163,6 +167,7 @@ def test_payload_has_the_issue_keys_and_targets(bench_defaults: tuple[Path, Path
     assert "eagle3 / plain: 2.00x   eagle3 / hf: 3.00x   co-located / in-process: 0.80x" in text
     assert "drafting: eagle3 62.50 ms/step (25% of its time)   eagle3_colocated 52.08 ms/step" in text
     assert "3.00 pass" in text and "0.80 FAIL" in text and "targets: FAIL" in text
+    assert "eagle3+ngram / plain: 2.50x   eagle3+ngram / hf: 3.75x   eagle3+ngram accept: 4.00" in text
     assert "eagle3_colocated greedy output equals plain's (near-tie rule): True" in text
 
 
@@ -189,3 +194,4 @@ def test_a_real_run_writes_the_json(
     assert p["setup"]["prompts"] == 2 and p["setup"]["batch_size"] == 1
     text = capsys.readouterr().out
     assert "co-located tok/s" in text and "eagle3 accept >= 3.0" in text and f"wrote {out}" in text
+    assert p["eagle3_ngram_tps"] > 0 and p["greedy"]["eagle3_ngram"]["identical"]

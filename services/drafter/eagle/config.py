@@ -8,6 +8,7 @@ from typing import Any
 
 from treespec.drafter.eagle.head_config import EagleFormat
 from treespec.drafter.eagle.packed_matmul import MatmulDtype
+from treespec.drafter.ngram.config import NgramConfig
 from treespec.shared.drafting.options import config_from_options
 
 # The head trained for the bundled SmolLM2-135M-Instruct with `treespec train-eagle`, shipped in the
@@ -34,6 +35,10 @@ class EagleConfig:
     # The dtype of the head's products when it drafts on a CPU (packed_matmul.py): `auto` takes
     # bfloat16 where the CPU multiplies it natively.
     matmul_dtype: MatmulDtype = MatmulDtype.AUTO
+    # Also draft from n-gram matches (the request's own history and the n-gram memory) and merge
+    # their trees with the head's (merged/drafter.py): None: the head alone; else the n-gram drafter's
+    # options (NgramConfig fields, {} for its defaults).
+    ngram: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.ring_capacity < 64:
@@ -46,6 +51,10 @@ class EagleConfig:
         if str(self.matmul_dtype) not in choices:
             raise ValueError(f"matmul_dtype must be one of {choices}, got {self.matmul_dtype!r}")
         object.__setattr__(self, "matmul_dtype", MatmulDtype(str(self.matmul_dtype)))
+        if self.ngram is not None:
+            if not isinstance(self.ngram, dict):
+                raise ValueError(f"ngram must be a dict of n-gram options, got {self.ngram!r}")
+            NgramConfig.from_options(self.ngram)
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> EagleConfig:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -22,6 +22,8 @@ from treespec.drafter.eagle.head import EagleHead, HeadOutput, attend
 from treespec.drafter.eagle.head_config import EagleFormat
 from treespec.drafter.eagle.token_map import load_token_map, restricted_lm_head
 from treespec.drafter.eagle.tree_search import SearchTree
+from treespec.drafter.merged.drafter import MergedDrafter
+from treespec.drafter.ngram.drafter import NgramDrafter
 from treespec.shared.drafting.drafter import Drafter, DrafterContext, DraftQuery
 from treespec.shared.drafting.features import FeatureRing, FeatureSlots
 from treespec.shared.drafting.target_access import TargetTensors
@@ -74,12 +76,21 @@ class EagleDrafter(Drafter):
         return weights / self.target.step_weights
 
     @classmethod
-    def create(cls, context: DrafterContext) -> EagleDrafter:
+    def create(cls, context: DrafterContext) -> Drafter:
+        """The head's drafter; with the `ngram` option, merged with an n-gram drafter."""
+        config = EagleConfig.from_options(context.options)
+        drafter = cls._create(context, config)
+        if config.ngram is None:
+            return drafter
+        ngram = NgramDrafter.create(replace(context, options=dict(config.ngram), target=None))
+        return MergedDrafter([drafter, ngram])
+
+    @classmethod
+    def _create(cls, context: DrafterContext, config: EagleConfig) -> EagleDrafter:
         if context.target is None:
             raise ValueError(
                 "the EAGLE drafter reads the target: run it in process or co-located (--colocate)"
             )
-        config = EagleConfig.from_options(context.options)
         tensors = context.target.tensors()
         shape = TargetShape(tensors.hidden_size, tensors.vocab_size, tensors.num_layers)
         fmt = cls.expected_format or EagleFormat.EAGLE3

@@ -111,4 +111,5 @@ class SearchTree:
                 queue.append(c)
         tokens = torch.tensor([self.tokens[i] for i in order], dtype=torch.long)
         tree_probs = torch.tensor(probs, dtype=torch.float32) if generator is not None else None
-        return TokenTree(tokens, torch.tensor(parents, dtype=torch.long), tree_probs)
+        path_probs = torch.tensor([math.exp(self.scores[i]) for i in order], dtype=torch.float32)
+        return TokenTree(tokens, torch.tensor(parents, dtype=torch.long), tree_probs, path_probs)

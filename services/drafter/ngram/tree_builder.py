@@ -68,7 +68,9 @@ def build_tree(
     if len(picked.tokens) < 2:
         return None
     tree = TokenTree(
-        torch.tensor(picked.tokens, dtype=torch.long), torch.tensor(picked.parents, dtype=torch.long)
+        torch.tensor(picked.tokens, dtype=torch.long),
+        torch.tensor(picked.parents, dtype=torch.long),
+        path_probs=torch.tensor(picked.probs, dtype=torch.float32),
     )
     return DraftedTree(tree, picked.kinds)
 

@@ -8,7 +8,9 @@ accepted often enough at both depths for the test to mean something.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -27,9 +29,13 @@ from tests.unit.verifier.sampling_reference import (
     make_tiny,
 )
 from treespec.drafter.eagle.drafter import Eagle3Drafter
+from treespec.drafter.merged import drafter as merged_drafter
+from treespec.drafter.merged.drafter import MergedDrafter
 from treespec.shared.drafting.drafter import DrafterContext
 from treespec.shared.drafting.registry import create_drafter
 from treespec.shared.drafting.target_access import LocalTargetAccess
+from treespec.shared.drafting.token_tree import TokenTree, TreeBudget
+from treespec.shared.drafting.tree_merge import merge_trees
 from treespec.shared.model.loader import load_model
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine
@@ -63,13 +69,29 @@ def write_head(path: Path, tiny: Tiny) -> Path:
     return path
 
 
-def test_first_three_tokens_follow_the_target_with_eagle_drafts(tiny: Tiny, tmp_path: Path) -> None:
+@pytest.mark.parametrize("merged", [False, True], ids=["eagle3", "eagle3-with-ngram"])
+def test_first_three_tokens_follow_the_target_with_eagle_drafts(
+    merged: bool, tiny: Tiny, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With `ngram`, the head's trees are merged with n-gram trees: those holding the head's nodes alone
+    keep its renormalised draft probabilities, mixed ones are point masses; both must stay lossless."""
     head = write_head(tmp_path / "head", tiny)
     model = load_model(tiny.path)
     # level_cost 0: every level (a random head's are rarely worth one), so that deep nodes are sampled too
-    options = {"draft_path": str(head), "draft_probs": True, "seed": 3, "level_cost": 0.0}
+    options: dict[str, Any] = {"draft_path": str(head), "draft_probs": True, "seed": 3, "level_cost": 0.0}
+    if merged:
+        options["ngram"] = {"min_path_prob": 0.0}
+    kinds = Counter[str]()
+
+    def recorded(trees: list[TokenTree], budget: TreeBudget) -> TokenTree | None:
+        out = merge_trees(trees, budget)
+        kinds["none" if out is None else "mixed" if out.probs is None else "head's"] += 1
+        return out
+
+    monkeypatch.setattr(merged_drafter, "merge_trees", recorded)
     drafter = create_drafter("eagle3", DrafterContext(VOCAB, tiny.path, options, LocalTargetAccess(model)))
-    assert isinstance(drafter, Eagle3Drafter) and drafter.head.config.draft_vocab_size == DRAFT_VOCAB
+    lead = drafter.lead if isinstance(drafter, MergedDrafter) else drafter
+    assert isinstance(lead, Eagle3Drafter) and lead.head.config.draft_vocab_size == DRAFT_VOCAB
     engine = Engine(
         EngineConfig(
             model_path=tiny.path,
@@ -93,5 +115,7 @@ def test_first_three_tokens_follow_the_target_with_eagle_drafts(tiny: Tiny, tmp_
     assert stats.drafted_tokens > 5 * SAMPLES, "the drafter barely drafted"
     assert stats.accepted_tokens > SAMPLES // 4, "speculation barely happened: the test would prove nothing"
     assert stats.accepted_by_depth[1] > SAMPLES // 100, "no second-level draft was accepted"
+    if merged:
+        assert kinds["mixed"] > SAMPLES // 10 and kinds["head's"] > SAMPLES // 10, kinds
     outcomes = [tuple(results[f"r/{i}"].token_ids) for i in range(SAMPLES)]
-    check_follows_target(tiny, SETTING, outcomes, "eagle3 t1.0")
+    check_follows_target(tiny, SETTING, outcomes, "eagle3 with n-gram t1.0" if merged else "eagle3 t1.0")

@@ -14,13 +14,17 @@ import torch
 from tests.unit.drafter.eagle.public_checkpoints import write_eagle, write_eagle3
 from treespec.drafter.eagle.drafter import EagleDrafter
 from treespec.drafter.eagle.tree_search import SearchTree
+from treespec.drafter.merged import drafter as merged_drafter
+from treespec.drafter.merged.drafter import MergedDrafter
+from treespec.drafter.ngram.drafter import NgramDrafter
 from treespec.kernels.tree_mask import tree_depths, validate_tree
 from treespec.shared.cli.main import build_parser
 from treespec.shared.cli.plugin_flags import plugin_options
-from treespec.shared.drafting.drafter import DrafterContext, DraftQuery
+from treespec.shared.drafting.drafter import Drafter, DrafterContext, DraftQuery
 from treespec.shared.drafting.registry import create_drafter
 from treespec.shared.drafting.target_access import LocalTargetAccess
 from treespec.shared.drafting.token_tree import TokenTree, TreeBudget
+from treespec.shared.drafting.tree_merge import merge_trees
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine
@@ -67,7 +71,7 @@ def _requests(spec: SpeculationParams | list[SpeculationParams], n: int = 40) ->
     ]
 
 
-def _engine(path: Path, model: CausalLM, drafter: EagleDrafter | None, chunk: int = 512) -> Engine:
+def _engine(path: Path, model: CausalLM, drafter: Drafter | None, chunk: int = 512) -> Engine:
     """Verify rows are free (node cost 0): a measured cost depends on the machine's load, and these
     tests are about what the head proposes; test_kept_nodes_pay_for_their_verify_rows covers the cost."""
     config = EngineConfig(
@@ -142,7 +146,7 @@ def test_an_unknown_matmul_dtype_is_refused(
         make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path, matmul_dtype="float16")
 
 
-def _check_tree(tree: TokenTree, root: int, budget: TreeBudget) -> None:
+def _check_tree(tree: TokenTree, root: int, budget: TreeBudget, full: bool = True) -> None:
     problem = validate_tree(
         tree.tokens,
         tree.parents,
@@ -154,7 +158,8 @@ def _check_tree(tree: TokenTree, root: int, budget: TreeBudget) -> None:
     )
     assert problem is None, problem
     assert int(tree.tokens[0]) == root
-    assert tree.num_nodes == budget.num_draft_tokens  # the search always finds enough nodes here
+    if full:  # the search always finds enough nodes here
+        assert tree.num_nodes == budget.num_draft_tokens
     assert int(tree_depths(tree.parents).max()) <= budget.num_steps
 
 
@@ -390,3 +395,56 @@ def test_kept_nodes_pay_for_their_verify_rows() -> None:
     # a tree's fixed cost on top: 1.7/1.5 = 1.13, 2.12/1.8 = 1.18, 2.33/2.1 = 1.11 at 0.2 and 0.3
     assert search(0.3, tree_cost=0.2).kept() == [1, 3]
     assert search(0.3, tree_cost=0.8).kept() == []  # 2.12/2.4 < 1: plain decoding is faster
+
+
+def _merged(head: Path, model: CausalLM, path: Path, **ngram: Any) -> MergedDrafter:
+    options = {"draft_path": str(head), "level_cost": 0.0, "ngram": ngram}
+    drafter = create_drafter("eagle3", DrafterContext(VOCAB, path, options, LocalTargetAccess(model)))
+    assert isinstance(drafter, MergedDrafter)
+    assert isinstance(drafter.lead, EagleDrafter) and isinstance(drafter.drafters[1], NgramDrafter)
+    return drafter
+
+
+def test_eagle_merged_with_ngram_matches_equals_plain_decoding_and_drafts_more(
+    heads: dict[str, Path],
+    tiny_path: Path,
+    tiny_model: CausalLM,
+    reference: dict[str, list[int]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    merges: list[TokenTree | None] = []
+
+    def recorded(trees: list[TokenTree], budget: TreeBudget) -> TokenTree | None:
+        merges.append(merge_trees(trees, budget))
+        if merges[-1] is not None:
+            _check_tree(merges[-1], int(trees[0].tokens[0]), budget, full=False)
+        return merges[-1]
+
+    monkeypatch.setattr(merged_drafter, "merge_trees", recorded)
+    accepted = {}
+    for name, drafter in (
+        ("eagle3", make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path)),
+        ("merged", _merged(heads["eagle3"], tiny_model, tiny_path, min_path_prob=0.0)),
+    ):
+        engine = _engine(tiny_path, tiny_model, drafter)
+        results = engine.generate(_requests(EAGLE))
+        assert {rid: r.token_ids for rid, r in results.items()} == reference
+        accepted[name] = engine.stats.accepted_tokens
+    # The tiny random target repeats itself, which the n-gram matches catch and a random head does not.
+    assert accepted["merged"] > accepted["eagle3"]
+    assert any(t is not None and t.probs is None for t in merges)  # trees mixing both drafters' nodes
+
+
+def test_the_ngram_flag_merges_ngram_trees_into_eagle_ones(
+    heads: dict[str, Path], tiny_path: Path, tiny_model: CausalLM
+) -> None:
+    command = ["serve", "--speculative-eagle-ngram", "--redis-url", "redis://h:1/0"]
+    ns = build_parser().parse_args([*command, "--speculative-ngram-max-bfs-breadth", "3"])
+    assert plugin_options(ns, "EAGLE3") == {"ngram": {"redis_url": "redis://h:1/0", "max_bfs_breadth": 3}}
+    assert plugin_options(build_parser().parse_args(["serve", "--speculative-eagle-ngram"]), "EAGLE") == {
+        "ngram": {}
+    }
+    with pytest.raises(ValueError, match="n-gram option"):
+        _merged(heads["eagle3"], tiny_model, tiny_path, bogus=1)
+    with pytest.raises(ValueError, match="ngram must be a dict"):
+        make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path, ngram=True)
