@@ -74,7 +74,15 @@ def test_a_dying_service_stops_the_others(serve: tuple[subprocess.Popen[str], in
     assert not alive
 
 
-@pytest.mark.parametrize("serve", [["--speculative-algorithm", "EAGLE3"]], indirect=True)
+@pytest.mark.parametrize(
+    "serve",
+    [
+        ["--speculative-algorithm", "EAGLE3"],
+        ["--speculative-algorithm", "EAGLE3", "--speculative-eagle-ngram"],
+    ],
+    ids=["eagle3", "eagle3-with-ngram"],
+    indirect=True,
+)
 def test_eagle3_serves_with_the_shipped_head_co_located(serve: tuple[subprocess.Popen[str], int]) -> None:
     """The drafter process maps the verifier's features through shared memory and its drafts are
     accepted: the figures in meta_info come from the whole stack, OpenAI SDK to head."""

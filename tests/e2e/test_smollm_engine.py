@@ -62,7 +62,7 @@ def test_plain_greedy_reproduces_hf_generate(
         assert match.ok, f"diverged from HF at token {match.diverged_at} (top-2 gap {match.gap})"
 
 
-@pytest.mark.parametrize("kind", ["random", "oracle", "ngram", "eagle3"])
+@pytest.mark.parametrize("kind", ["random", "oracle", "ngram", "eagle3", "eagle3-ngram"])
 def test_speculation_is_lossless_batched(
     smollm_path: Path,
     smollm: CausalLM,
@@ -78,8 +78,10 @@ def test_speculation_is_lossless_batched(
         drafter = RandomTreeDrafter(vocab, seed=0)
     elif kind == "oracle":
         drafter = OracleDrafter({tuple(p): o for p, o in zip(bench_prompt_ids, plain, strict=True)}, vocab)
-    elif kind == "eagle3":  # the head shipped for this model, in process
-        drafter = create_drafter("eagle3", DrafterContext(vocab, smollm_path, {}, LocalTargetAccess(smollm)))
+    elif kind.startswith("eagle3"):  # the head shipped for this model, in process (with n-gram matches)
+        options: dict[str, Any] = {"ngram": {}} if kind == "eagle3-ngram" else {}
+        context = DrafterContext(vocab, smollm_path, options, LocalTargetAccess(smollm))
+        drafter = create_drafter("eagle3", context)
     else:
         drafter = NgramDrafter.create(DrafterContext(vocab, smollm_path))
         b = drafter.config.default_budget()
