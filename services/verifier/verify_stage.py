@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from treespec.kernels.acceptance import Acceptance, accept_greedy, accept_sampling
+from treespec.kernels.coupled_sampling import accept_coupled
 from treespec.kernels.logits_processing import probs_from_logits
 from treespec.shared.drafting.token_tree import TokenTree
 from treespec.verifier.forward_stage import ForwardItem, ForwardResult
@@ -37,9 +38,17 @@ def verify(result: ForwardResult) -> list[Verdict]:
             tree = _tree(item)
             rows = probs[start : start + tree.num_nodes]
             start += tree.num_nodes
-            acceptance = accept_sampling(tree.tokens, tree.parents, tree.probs, rows, item.state.generator)
-            verdicts.append(Verdict(item, acceptance))
+            verdicts.append(Verdict(item, _accept_sampled(item, tree, rows)))
     return verdicts
+
+
+def _accept_sampled(item: ForwardItem, tree: TokenTree, rows: torch.Tensor) -> Acceptance:
+    """A seeded request samples by position (coupled_sampling.py: the same output whatever the
+    drafter proposes); others by recursive rejection sampling, which uses draft probabilities."""
+    seed = item.state.request.sampling.seed
+    if seed is not None:
+        return accept_coupled(tree.tokens, tree.parents, rows, seed, len(item.state.tokens))
+    return accept_sampling(tree.tokens, tree.parents, tree.probs, rows, item.state.generator)
 
 
 def _sampling_probs(logits: torch.Tensor, items: list[ForwardItem]) -> torch.Tensor:

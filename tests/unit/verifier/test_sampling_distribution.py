@@ -2,7 +2,9 @@
 
 A tiny model with a 24-token vocabulary: the exact distribution of the first three sampled tokens
 (13,824 outcomes) is enumerated from the model, and 20,000 engine samples per setting, drafted by
-trees from a deliberately different distribution q, must pass a chi-square goodness-of-fit test.
+trees from a deliberately different distribution q, must pass a chi-square goodness-of-fit test;
+unseeded requests go through recursive rejection sampling, seeded ones through sampling by position,
+whose outputs must also equal plain decoding's for the same seeds.
 """
 
 from __future__ import annotations
@@ -107,20 +109,21 @@ def _with_probs(request_id: str) -> bool:
     return int(request_id.rsplit("/", 1)[1]) % 2 == 0
 
 
-def test_first_three_tokens_follow_the_target(tiny: Tiny) -> None:
-    engine = Engine(
-        EngineConfig(
-            model_path=tiny.path,
-            page_size=4,
-            max_total_tokens=16_384,
-            max_running_requests=1024,
-            chunked_prefill_size=4096,
-        ),
-        TableDrafter(tiny),
-        load_model(tiny.path),
+def _engine(tiny: Tiny, drafter: Drafter | None) -> Engine:
+    config = EngineConfig(
+        model_path=tiny.path,
+        page_size=4,
+        max_total_tokens=16_384,
+        max_running_requests=1024,
+        chunked_prefill_size=4096,
     )
-    speculation = SpeculationParams(num_draft_tokens=8, num_steps=3, eagle_topk=3)
-    requests = [
+    return Engine(config, drafter, load_model(tiny.path))
+
+
+def _requests(
+    settings: Mapping[str, Setting], seeded: bool, speculation: SpeculationParams
+) -> list[GenerationRequest]:
+    return [
         GenerationRequest(
             f"{name}/{i}",
             PROMPT,
@@ -128,17 +131,44 @@ def test_first_three_tokens_follow_the_target(tiny: Tiny) -> None:
                 temperature=s.temperature,
                 top_k=s.top_k,
                 top_p=s.top_p,
-                seed=i,
+                seed=i if seeded else None,
                 max_new_tokens=NEW,
                 ignore_eos=True,
             ),
             speculation,
         )
-        for name, s in SETTINGS.items()
+        for name, s in settings.items()
         for i in range(SAMPLES)
     ]
-    results = engine.generate(requests)
+
+
+SPECULATION = SpeculationParams(num_draft_tokens=8, num_steps=3, eagle_topk=3)
+
+
+def test_first_three_tokens_follow_the_target(tiny: Tiny) -> None:
+    """Unseeded requests: recursive rejection sampling, with and without draft probabilities. Their
+    generators are seeded from torch's global generator, seeded here so that the test replays."""
+    engine = _engine(tiny, TableDrafter(tiny))
+    torch.manual_seed(2026)
+    results = engine.generate(_requests(SETTINGS, seeded=False, speculation=SPECULATION))
     assert engine.stats.accepted_tokens > SAMPLES, "speculation barely happened: the test would prove nothing"
     for name, s in SETTINGS.items():
         outcomes = [tuple(results[f"{name}/{i}"].token_ids) for i in range(SAMPLES)]
+        check_follows_target(tiny, s, outcomes, name)
+
+
+SEEDED = {"seeded top_p0.9": Setting(1.0, top_p=0.9)}
+
+
+def test_seeded_requests_follow_the_target_whatever_the_draft(tiny: Tiny) -> None:
+    """Seeded requests sample by position (kernels/coupled_sampling.py): their outputs follow the
+    target's distribution, and each equals its output without speculation, token for token."""
+    engine = _engine(tiny, TableDrafter(tiny))
+    results = engine.generate(_requests(SEEDED, seeded=True, speculation=SPECULATION))
+    assert engine.stats.accepted_tokens > SAMPLES // 2, "speculation barely happened"
+    unspeculated = _requests(SEEDED, seeded=True, speculation=SpeculationParams(enabled=False))
+    plain = _engine(tiny, None).generate(unspeculated)
+    for name, s in SEEDED.items():
+        outcomes = [tuple(results[f"{name}/{i}"].token_ids) for i in range(SAMPLES)]
+        assert outcomes == [tuple(plain[f"{name}/{i}"].token_ids) for i in range(SAMPLES)], name
         check_follows_target(tiny, s, outcomes, name)
