@@ -52,9 +52,9 @@ class APIError(Exception):
     ) -> None:
         super().__init__(message)
         self.status = status
-        self.message = message
+        self.message = quotable(message)
         self.code = code
-        self.param = param
+        self.param = None if param is None else quotable(param)
         self.error_type = error_type
 
     def body(self) -> dict[str, Any]:
@@ -63,6 +63,13 @@ class APIError(Exception):
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status)
+
+
+def quotable(text: str) -> str:
+    """`text` with lone surrogates written as `\\udXXX`, for an error message to quote: a request's
+    JSON may escape one ("\\ud800"), and neither pydantic's error rendering nor a UTF-8 response
+    body can hold it."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -3,15 +3,26 @@
 Unknown fields are refused (OpenAI: "Unrecognized request argument supplied"); fields that OpenAI
 knows but treespec does not implement (tools, logprobs, penalties, ...) are accepted only at their
 neutral value, else refused as unsupported. Extensions after vLLM and SGLang: top_k, min_p,
-ignore_eos, stop_token_ids, and a per-request `speculation` object.
+ignore_eos, stop_token_ids, and a per-request `speculation` object. A null stands for the field's
+default, as in OpenAI; text with a lone surrogate (valid JSON, not valid Unicode) is refused.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
+
+from treespec.gateway.errors import quotable
 
 MAX_N = 8
 MAX_STOP_STRINGS = 4
@@ -23,8 +34,26 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 TOKEN_ID_MAX = 2**32 - 1
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
+
+def _valid_unicode(value: str) -> str:
+    """JSON may escape a lone UTF-16 surrogate ("\\ud800"), which a Python str keeps but no UTF-8
+    text can: the tokenizer would fail on it (a 500), so it is refused here, where the error names
+    the field."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise PydanticCustomError(
+            "invalid_unicode",
+            "the text is not valid Unicode: it holds a lone surrogate ({char} at character {at})",
+            {"char": f"\\u{ord(value[exc.start]):04x}", "at": exc.start},
+        ) from None
+    return value
+
+
+# Text that reaches the model or is matched against its output (prompts, messages, stop strings).
+UnicodeText = Annotated[str, AfterValidator(_valid_unicode)]
 TokenId = Annotated[int, Field(ge=0, le=TOKEN_ID_MAX)]
-StopList = Annotated[list[str], Field(max_length=MAX_STOP_STRINGS)]
+StopList = Annotated[list[UnicodeText], Field(max_length=MAX_STOP_STRINGS)]
 
 # Values that mean "feature off" for the OpenAI fields treespec does not implement.
 _NEUTRAL: tuple[Any, ...] = (None, False, 0, "", [], {}, "none", "auto", {"type": "text"}, ["text"])
@@ -39,9 +68,18 @@ def _unsupported(value: Any, info: ValidationInfo) -> Any:
     )
 
 
+def _null_is_default(cls: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
+    """OpenAI reads null as "not given" (clients send it for options they leave unset)."""
+    if value is None and info.field_name is not None:
+        return cls.model_fields[info.field_name].get_default(call_default_factory=True)
+    return value
+
+
 class StreamOptions(BaseModel):
     model_config = _STRICT
     include_usage: bool = False
+
+    _defaults_for_null = field_validator("include_usage", mode="before")(_null_is_default)
 
 
 class SpeculationOptions(BaseModel):
@@ -65,7 +103,7 @@ class SamplingFields(BaseModel):
     n: int = Field(default=1, ge=1, le=MAX_N)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    stop: str | StopList | None = None
+    stop: UnicodeText | StopList | None = None
     seed: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     user: str | None = None
     # Extensions (vLLM / SGLang).
@@ -80,6 +118,7 @@ class SamplingFields(BaseModel):
     logit_bias: Any = None
 
     _check_unsupported = field_validator("presence_penalty", "frequency_penalty", "logit_bias")(_unsupported)
+    _defaults_for_null = field_validator("n", "stream", "ignore_eos", mode="before")(_null_is_default)
 
     @model_validator(mode="after")
     def _stream_options_need_stream(self) -> SamplingFields:
@@ -102,7 +141,7 @@ class SamplingFields(BaseModel):
 class TextPart(BaseModel):
     model_config = _STRICT
     type: str
-    text: str
+    text: UnicodeText
 
     @field_validator("type")
     @classmethod
@@ -111,21 +150,46 @@ class TextPart(BaseModel):
             raise PydanticCustomError(
                 "unsupported_parameter",
                 "only text content parts are supported (got '{kind}')",
-                {"kind": value},
+                {"kind": quotable(value)},
             )
         return value
 
 
 class ChatMessage(BaseModel):
+    """One message of the conversation. An assistant's may be written back as the SDK reads it
+    (`message.model_dump()`): content null, and its refusal, annotations, audio, function call and
+    tool calls null (or empty). Tool calls and the rest are not implemented: refused when set."""
+
     model_config = _STRICT
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart]
+    content: UnicodeText | list[TextPart] | None = Field(default=None, validate_default=True)
     name: str | None = None
+    # An assistant's, known to OpenAI, not implemented: accepted at their neutral value only.
+    refusal: Any = None
+    annotations: Any = None
+    audio: Any = None
+    function_call: Any = None
+    tool_calls: Any = None
+
+    _check_unsupported = field_validator("refusal", "annotations", "audio", "function_call", "tool_calls")(
+        _unsupported
+    )
+
+    @field_validator("content")
+    @classmethod
+    def _content_unless_assistant(
+        cls, value: str | list[TextPart] | None, info: ValidationInfo
+    ) -> str | list[TextPart] | None:
+        """Only an assistant's message may go without content (OpenAI's, when it called tools)."""
+        if value is None and info.data.get("role", "assistant") != "assistant":
+            raise PydanticCustomError("missing", "Field required")
+        return value
 
     @property
     def text(self) -> str:
-        if isinstance(self.content, str):
-            return self.content
+        """The content as one text ("" for an assistant's without content)."""
+        if self.content is None or isinstance(self.content, str):
+            return self.content or ""
         return "".join(part.text for part in self.content)
 
     def template_message(self) -> dict[str, str]:
@@ -173,7 +237,7 @@ class ChatCompletionRequest(SamplingFields):
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
 
-Prompt = str | list[str] | list[TokenId] | list[list[TokenId]]
+Prompt = UnicodeText | list[UnicodeText] | list[TokenId] | list[list[TokenId]]
 
 
 class CompletionRequest(SamplingFields):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from fastapi import Request
 from opentelemetry.trace import Tracer
@@ -21,6 +22,8 @@ class GatewayState:
     verifier: VerifierClient
     metrics: GatewayMetrics
     tracer: Tracer
+    # When the gateway started: the model's `created`, the same in every answer.
+    started: int = field(default_factory=lambda: int(time.time()))
 
     def check_model(self, model: str) -> None:
         if model != self.config.model_name:

@@ -95,6 +95,16 @@ def test_models(client: openai.OpenAI) -> None:
     assert model.id == MODEL and model.object == "model"
 
 
+def test_model_retrieve(client: openai.OpenAI, url: str) -> None:
+    (listed,) = client.models.list().data
+    time.sleep(1.1)  # `created` is the gateway's start, not the time of the call
+    assert client.models.retrieve(MODEL) == listed
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.models.retrieve("gpt-5")
+    assert (caught.value.code, caught.value.param) == ("model_not_found", "model")
+    assert httpx.get(f"{url}/v1/models/{MODEL}").status_code == 401
+
+
 def test_chat_non_streaming(client: openai.OpenAI, tokenizer: PromptTokenizer) -> None:
     reply = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=8, temperature=0)
     choice = reply.choices[0]
@@ -142,6 +152,18 @@ def test_completions_text_and_token_prompts_agree(client: openai.OpenAI, tokeniz
     assert by_text.usage is not None and by_text.usage.prompt_tokens == len(ids)
 
 
+def test_a_token_prompt_ending_inside_a_character_is_not_echoed(
+    client: openai.OpenAI, tokenizer: PromptTokenizer
+) -> None:
+    prompt = tokenizer.text_prompt("I love sushi 🍣")[:-2]  # it ends with the emoji's first bytes
+    assert tokenizer.decode(prompt).endswith("\ufffd")
+    kwargs: dict[str, Any] = dict(model=MODEL, prompt=prompt, max_tokens=8, temperature=0)
+    text = client.completions.create(**kwargs).choices[0].text
+    assert text and "love" not in text
+    streamed = client.completions.create(stream=True, **kwargs)
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == text
+
+
 def test_completions_streaming(client: openai.OpenAI) -> None:
     whole = client.completions.create(model=MODEL, prompt=COUNTING, max_tokens=6, temperature=0)
     stream = client.completions.create(
@@ -178,6 +200,28 @@ def test_max_tokens_is_exact(client: openai.OpenAI) -> None:
     )
     assert reply.choices[0].finish_reason == "length"
     assert reply.usage is not None and reply.usage.completion_tokens == 5
+
+
+def test_a_reply_goes_back_as_the_sdk_dumps_it(client: openai.OpenAI, tokenizer: PromptTokenizer) -> None:
+    reply = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=4, temperature=0)
+    dumped = reply.choices[0].message.model_dump()  # refusal, tool_calls, ... all None
+    again = {"role": "user", "content": "Again."}
+    for assistant, text in ((dumped, dumped["content"]), ({"role": "assistant", "content": None}, "")):
+        messages: list[Any] = [*HI, assistant, again]
+        follow_up = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=2)
+        expected = [{"role": "user", "content": "Say hello."}, {"role": "assistant", "content": text}, again]
+        assert follow_up.usage is not None
+        assert follow_up.usage.prompt_tokens == len(tokenizer.chat_prompt(expected))
+
+
+def test_null_options_take_their_defaults(http: httpx.Client) -> None:
+    nulls = {"n": None, "stream": None, "temperature": None, "stop": None, "seed": None}
+    chat = http.post(CHAT, json=_chat(**nulls))
+    assert chat.status_code == 200, chat.text
+    assert chat.json()["object"] == "chat.completion" and len(chat.json()["choices"]) == 1
+    completion = http.post("/v1/completions", json=_completion(best_of=None, **nulls))
+    assert completion.status_code == 200, completion.text
+    assert len(completion.json()["choices"]) == 1
 
 
 def test_seed_reproduces_and_n_gives_distinct_choices(client: openai.OpenAI) -> None:
@@ -378,6 +422,41 @@ def test_bad_requests_get_openai_errors(http: httpx.Client, name: str) -> None:
         assert error["code"] == "context_length_exceeded"
     if name == "unknown model":
         assert error["code"] == "model_not_found"
+
+
+def _with_escapes(body: dict[str, Any]) -> dict[str, Any]:
+    """httpx keyword arguments sending `body` as JSON with its lone surrogates escaped ("\\ud800")."""
+    return {"content": json.dumps(body).encode(), "headers": {"content-type": "application/json"}}
+
+
+SURROGATE_CASES: dict[str, tuple[str, dict[str, Any], int, str | None]] = {
+    # name: (path, body, expected status, expected param)
+    "in a message": (
+        CHAT,
+        _chat(messages=[{"role": "user", "content": "bad \ud800 surrogate"}]),
+        400,
+        "messages.0.content",
+    ),
+    "in a prompt": ("/v1/completions", _completion(prompt="bad \ud83d"), 400, "prompt"),
+    "in a stop string": (CHAT, _chat(stop=["\udfff"]), 400, "stop.0"),
+    "in the model name": (CHAT, _chat(model="gpt\ud800"), 400, "model"),
+    "quoted by the error": (  # the refusal names the part's type, which must not break the response
+        CHAT,
+        _chat(messages=[{"role": "user", "content": [{"type": "x\ud800", "text": "hi"}]}]),
+        400,
+        "messages.0.content.0.type",
+    ),
+    "in a field name": (CHAT, {**_chat(), "x\ud800": 1}, 400, None),
+}
+
+
+@pytest.mark.parametrize("name", list(SURROGATE_CASES))
+def test_lone_surrogates_get_openai_errors(http: httpx.Client, name: str) -> None:
+    path, body, status, param = SURROGATE_CASES[name]
+    response = http.post(path, **_with_escapes(body))
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == param
 
 
 def test_wrong_method_and_keyless_routes(url: str, http: httpx.Client) -> None:

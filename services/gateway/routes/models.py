@@ -1,8 +1,7 @@
-"""GET /v1/models: the one model this gateway serves."""
+"""GET /v1/models and GET /v1/models/{model}: the one model this gateway serves."""
 
 from __future__ import annotations
 
-import time
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
@@ -16,9 +15,20 @@ router = APIRouter()
 
 @router.get("/v1/models")
 async def list_models(state: Annotated[GatewayState, Depends(gateway_state)]) -> ModelList:
+    return ModelList(data=[await _card(state)])
+
+
+# `:path`: a served model name may hold a slash ("HuggingFaceTB/SmolLM2-135M-Instruct").
+@router.get("/v1/models/{model:path}")
+async def retrieve_model(model: str, state: Annotated[GatewayState, Depends(gateway_state)]) -> ModelCard:
+    """The model's entry of the list; another name is a 404 model_not_found, as generation answers it."""
+    state.check_model(model)
+    return await _card(state)
+
+
+async def _card(state: GatewayState) -> ModelCard:
     try:
         context_length: int | None = (await state.verifier.model_info()).context_length
     except APIError:  # the verifier is down: the model is still the one configured
         context_length = None
-    card = ModelCard(id=state.config.model_name, created=int(time.time()), max_model_len=context_length)
-    return ModelList(data=[card])
+    return ModelCard(id=state.config.model_name, created=state.started, max_model_len=context_length)

@@ -95,6 +95,11 @@ def test_content_parts_and_developer_role() -> None:
         ({"messages": []}, "invalid_value", "messages"),
         ({"messages": [{"role": "tool", "content": "x"}]}, "invalid_value", "messages.0.role"),
         ({"messages": [{"role": "user"}]}, "missing_required_parameter", "messages.0.content"),
+        (
+            {"messages": [{"role": "user", "content": None}]},
+            "missing_required_parameter",
+            "messages.0.content",
+        ),
         ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "unsupported_parameter", None),
     ],
 )
@@ -147,3 +152,84 @@ def test_body_that_is_not_an_object() -> None:
         None,
         "The request body must be a JSON object.",
     )
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"messages": [{"role": "user", "content": "bad \ud800"}]}, "messages.0.content"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "text", "text": "\udfff"}]}]},
+            "messages.0.content.0.text",
+        ),
+        ({"stop": "end\ud800"}, "stop"),
+        ({"stop": ["ok", "end\ud800"]}, "stop.1"),
+    ],
+)
+def test_chat_text_with_a_lone_surrogate_is_refused(fields: dict[str, Any], param: str) -> None:
+    body = {"model": "m", "messages": MESSAGES, **fields}
+    assert _refusal(ChatCompletionRequest, body) == ("invalid_value", param)
+
+
+@pytest.mark.parametrize(("prompt", "param"), [("bad \ud83d", "prompt"), (["ok", "bad \ud83d"], "prompt.1")])
+def test_a_prompt_with_a_lone_surrogate_is_refused(prompt: Any, param: str) -> None:
+    assert _refusal(CompletionRequest, {"model": "m", "prompt": prompt}) == ("invalid_value", param)
+
+
+def test_a_refusal_may_quote_a_lone_surrogate() -> None:
+    part = {"type": "image\ud800", "text": ""}  # its refusal quotes the type: pydantic must render it
+    body = {"model": "m", "messages": [{"role": "user", "content": [part]}]}
+    assert _refusal(ChatCompletionRequest, body) == ("unsupported_parameter", "messages.0.content.0.type")
+
+
+def test_surrogate_pairs_are_valid_text() -> None:
+    body = CompletionRequest.model_validate({"model": "m", "prompt": "sushi 🍣", "stop": "🍣"})
+    assert body.prompts == ["sushi 🍣"] and body.stop_strings == ("🍣",)
+
+
+SDK_ASSISTANT = {  # what the openai SDK's `message.model_dump()` gives for a reply
+    "role": "assistant",
+    "content": "Hello",
+    "refusal": None,
+    "annotations": None,
+    "audio": None,
+    "function_call": None,
+    "tool_calls": None,
+}
+
+
+@pytest.mark.parametrize(
+    ("message", "text"),
+    [
+        (SDK_ASSISTANT, "Hello"),
+        ({**SDK_ASSISTANT, "tool_calls": [], "annotations": []}, "Hello"),
+        ({"role": "assistant", "content": None}, ""),
+        ({"role": "assistant"}, ""),
+    ],
+)
+def test_assistant_messages_as_the_sdk_writes_them(message: dict[str, Any], text: str) -> None:
+    body = _chat(messages=[*MESSAGES, message, *MESSAGES])
+    assert body.messages[1].template_message() == {"role": "assistant", "content": text}
+
+
+@pytest.mark.parametrize(
+    ("fields", "code", "param"),
+    [
+        ({"tool_calls": [{"id": "c", "type": "function"}]}, "unsupported_parameter", "messages.1.tool_calls"),
+        ({"function_call": {"name": "f"}}, "unsupported_parameter", "messages.1.function_call"),
+        ({"audio": {"id": "a"}}, "unsupported_parameter", "messages.1.audio"),
+        ({"refusal": "no"}, "unsupported_parameter", "messages.1.refusal"),
+    ],
+)
+def test_assistant_message_refusals(fields: dict[str, Any], code: str, param: str) -> None:
+    messages = [*MESSAGES, {**SDK_ASSISTANT, **fields}]
+    assert _refusal(ChatCompletionRequest, {"model": "m", "messages": messages}) == (code, param)
+
+
+def test_null_means_the_default() -> None:
+    body = _chat(n=None, stream=None, ignore_eos=None)
+    assert (body.n, body.stream, body.ignore_eos) == (1, False, False)
+    streamed = _chat(stream=True, stream_options={"include_usage": None})
+    assert streamed.stream and not streamed.include_usage
+    completion = CompletionRequest.model_validate({"model": "m", "prompt": "x", "n": None, "best_of": None})
+    assert completion.n == 1
