@@ -74,7 +74,7 @@ def accept_greedy(tokens: torch.Tensor, parents: torch.Tensor, target_argmax: to
     """Greedy verification. target_argmax: LongTensor[n], the target's argmax after each node."""
     token_of = tokens.tolist()
     argmax = target_argmax.tolist()
-    children = _children(parents.tolist())
+    children = tree_children(parents.tolist())
     path = [0]
     while True:
         want = argmax[path[-1]]
@@ -101,7 +101,7 @@ def accept_sampling(
     generator: source of every random draw, on target_probs.device; a per-request seed replays exactly.
     """
     token_of = tokens.tolist()
-    children = _children(parents.tolist())
+    children = tree_children(parents.tolist())
     q_of = None if draft_probs is None else draft_probs.tolist()
     path = [0]
     while True:
@@ -118,7 +118,7 @@ def accept_sampling(
         path.append(kids[result.accepted])
 
 
-def _children(parents: list[int]) -> list[list[int]]:
+def tree_children(parents: list[int]) -> list[list[int]]:
     """Children of every node, in index order (the order they are tried)."""
     children: list[list[int]] = [[] for _ in parents]
     for node in range(1, len(parents)):

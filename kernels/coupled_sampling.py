@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from treespec.kernels.acceptance import Acceptance, accept_greedy
-from treespec.kernels.tree_mask import tree_depths
+from treespec.kernels.acceptance import Acceptance, tree_children
 
 _MASK64 = (1 << 64) - 1
 
@@ -39,22 +38,27 @@ def position_noise(seed: int, position: int, vocab_size: int, device: torch.devi
     return torch.empty(vocab_size, device=device).exponential_(generator=generator)
 
 
-def coupled_tokens(
-    target_probs: torch.Tensor, depths: torch.Tensor, seed: int, first_position: int
-) -> torch.Tensor:
-    """The sampled token after each node: LongTensor[n]. target_probs: FloatTensor[n, V], the target's
-    distribution after each node (through temperature/top-k/top-p/min-p); depths: LongTensor[n]; the
-    token after a node of depth d sits at position first_position + d."""
-    vocab, device = int(target_probs.shape[1]), target_probs.device
-    noise = {d: position_noise(seed, first_position + d, vocab, device) for d in sorted(set(depths.tolist()))}
-    rows = torch.stack([noise[d] for d in depths.tolist()])
-    return (target_probs / rows).argmax(dim=-1).cpu()
+def coupled_token(probs: torch.Tensor, seed: int, position: int) -> int:
+    """The token sampled at `position` from probs: FloatTensor[V], the target's distribution there
+    (through temperature/top-k/top-p/min-p): the Gumbel-max winner under that position's noise."""
+    noise = position_noise(seed, position, int(probs.shape[0]), probs.device)
+    return int((probs / noise).argmax())
 
 
 def accept_coupled(
     tokens: torch.Tensor, parents: torch.Tensor, target_probs: torch.Tensor, seed: int, first_position: int
 ) -> Acceptance:
     """Verify a tree for a seeded request: the path the coupled tokens take through it, and the bonus.
-    first_position: the sequence position of the token after the root (the request's length)."""
-    winners = coupled_tokens(target_probs, tree_depths(parents), seed, first_position)
-    return accept_greedy(tokens, parents, winners)
+    target_probs: FloatTensor[n, V], the target's distribution after each node; first_position: the
+    sequence position of the token after the root (the request's length). Noise is drawn only for the
+    positions the walk reaches: a node at depth d samples position first_position + d."""
+    token_of = tokens.tolist()
+    children = tree_children(parents.tolist())
+    path = [0]
+    while True:
+        node = path[-1]
+        want = coupled_token(target_probs[node], seed, first_position + len(path) - 1)
+        match = next((c for c in children[node] if token_of[c] == want), None)  # siblings are distinct
+        if match is None:
+            return Acceptance(path=path, bonus=want)
+        path.append(match)
