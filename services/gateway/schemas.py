@@ -112,10 +112,10 @@ class SamplingFields(BaseModel):
     ignore_eos: bool = False
     stop_token_ids: list[TokenId] | None = Field(default=None, max_length=MAX_STOP_TOKEN_IDS)
     speculation: SpeculationOptions | None = None
-    # Known to OpenAI, not implemented: accepted at their neutral value only.
-    presence_penalty: Any = None
-    frequency_penalty: Any = None
-    logit_bias: Any = None
+    # Known to OpenAI, not implemented: of OpenAI's types, and accepted at their neutral value only.
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
 
     _check_unsupported = field_validator("presence_penalty", "frequency_penalty", "logit_bias")(_unsupported)
     _defaults_for_null = field_validator("n", "stream", "ignore_eos", mode="before")(_null_is_default)
@@ -165,11 +165,11 @@ class ChatMessage(BaseModel):
     content: UnicodeText | list[TextPart] | None = Field(default=None, validate_default=True)
     name: str | None = None
     # An assistant's, known to OpenAI, not implemented: accepted at their neutral value only.
-    refusal: Any = None
-    annotations: Any = None
-    audio: Any = None
-    function_call: Any = None
-    tool_calls: Any = None
+    refusal: str | None = None
+    annotations: list[Any] | None = None
+    audio: dict[str, Any] | None = None
+    function_call: dict[str, Any] | None = None
+    tool_calls: list[Any] | None = None
 
     _check_unsupported = field_validator("refusal", "annotations", "audio", "function_call", "tool_calls")(
         _unsupported
@@ -206,17 +206,17 @@ class ChatCompletionRequest(SamplingFields):
     store: bool | None = None
     service_tier: str | None = None
     parallel_tool_calls: bool | None = None
-    # Not implemented.
-    logprobs: Any = None
-    top_logprobs: Any = None
-    tools: Any = None
-    tool_choice: Any = None
-    functions: Any = None
-    function_call: Any = None
-    response_format: Any = None
-    modalities: Any = None
-    audio: Any = None
-    prediction: Any = None
+    # Not implemented: of OpenAI's types, and accepted at their neutral value only.
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    tools: list[Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    functions: list[Any] | None = None
+    function_call: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+    modalities: list[str] | None = None
+    audio: dict[str, Any] | None = None
+    prediction: dict[str, Any] | None = None
 
     _check_chat_unsupported = field_validator(
         "logprobs",
@@ -243,10 +243,10 @@ Prompt = UnicodeText | list[UnicodeText] | list[TokenId] | list[list[TokenId]]
 class CompletionRequest(SamplingFields):
     prompt: Prompt
     best_of: int | None = Field(default=None, ge=1, le=MAX_N)
-    # Not implemented.
-    logprobs: Any = None
-    echo: Any = None
-    suffix: Any = None
+    # Not implemented: of OpenAI's types, and accepted at their neutral value only.
+    logprobs: int | None = None
+    echo: bool | None = None
+    suffix: str | None = None
 
     _check_completion_unsupported = field_validator("logprobs", "echo", "suffix")(_unsupported)
 

@@ -87,6 +87,13 @@ def test_content_parts_and_developer_role() -> None:
         ({"top_logprobs": 3}, "unsupported_parameter", "top_logprobs"),
         ({"tools": [{"type": "function"}]}, "unsupported_parameter", "tools"),
         ({"response_format": {"type": "json_object"}}, "unsupported_parameter", "response_format"),
+        # An unimplemented field's "off" value of the wrong type is a mistake, not "off".
+        ({"presence_penalty": "none"}, "invalid_value", "presence_penalty"),
+        ({"frequency_penalty": ""}, "invalid_value", "frequency_penalty"),
+        ({"logit_bias": False}, "invalid_value", "logit_bias"),
+        ({"logprobs": 0}, "invalid_value", "logprobs"),
+        ({"tools": {}}, "invalid_value", "tools"),
+        ({"response_format": "text"}, "invalid_value", "response_format"),
         ({"stream_options": {"include_usage": True}}, "invalid_value", None),
         ({"speculation": {"num_draft_tokens": 0}}, "invalid_value", "speculation.num_draft_tokens"),
         ({"speculation": {"depth": 2}}, "unknown_parameter", "speculation.depth"),
@@ -138,6 +145,8 @@ def test_completion_prompt_forms(prompt: Any, expected: list[Any]) -> None:
         ({"prompt": "x", "logprobs": 2}, "unsupported_parameter"),
         ({"prompt": "x", "suffix": "y"}, "unsupported_parameter"),
         ({"prompt": "x", "best_of": 2}, "unsupported_parameter"),
+        ({"prompt": "x", "echo": 0}, "invalid_value"),
+        ({"prompt": "x", "logprobs": False}, "invalid_value"),
         ({}, "missing_required_parameter"),
     ],
 )
