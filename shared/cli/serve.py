@@ -162,7 +162,8 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
         if c.colocation_socket is not None:
             drafter += ["--colocate", str(c.colocation_socket)]
             verifier += ["--colocation-socket", str(c.colocation_socket)]
-        out.append(ServiceProcess("drafter", drafter, lambda: grpc_serving(drafter_address)))
+        # Not essential: if it dies, the verifier decodes plainly until the supervisor restarts it.
+        out.append(ServiceProcess("drafter", drafter, lambda: grpc_serving(drafter_address), essential=False))
         verifier += [
             "--drafter-address", drafter_address,
             "--draft-deadline-ms", str(c.draft_deadline_ms),

@@ -16,6 +16,9 @@ class ServiceProcess:
     argv: Sequence[str]  # `treespec` arguments, e.g. ["verifier", "--port", "50051"]
     ready: Callable[[], bool]
     env: dict[str, str] = field(default_factory=dict)
+    # Whether the server can go on without it: a drafter that dies costs speed, not requests, so the
+    # supervisor restarts it; an essential service (verifier, gateway) that dies stops everything.
+    essential: bool = True
     popen: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:

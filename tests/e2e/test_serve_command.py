@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -99,5 +100,39 @@ def test_eagle3_serves_with_the_shipped_head_co_located(serve: tuple[subprocess.
         meta = (reply.model_extra or {})["meta_info"]
         accepted += meta["spec_accepted_tokens"]
     assert accepted > 0
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=60) == 0
+
+
+def test_a_dying_drafter_is_restarted_and_costs_no_request(serve: tuple[subprocess.Popen[str], int]) -> None:
+    """The drafter is not essential: killed, it is restarted while the verifier decodes plainly, and
+    drafting resumes once the verifier's Draft stream reaches the new process."""
+    process, port = serve
+    wait_for_url(process, port)
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+    model = client.models.list().data[0].id
+    repeat = "Repeat exactly: one two three four five six, one two three four five six."
+
+    def drafted() -> int:
+        reply = client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": repeat}], max_tokens=16, temperature=0
+        )
+        assert reply.choices[0].message.content
+        return int((reply.model_extra or {})["meta_info"]["spec_drafted_tokens"])
+
+    assert drafted() > 0
+    old = next(p for p in children(process) if "drafter" in p.cmdline())
+    old.kill()
+    old.wait(timeout=10)
+    drafted()  # served while the drafter is down or coming back
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        new = [p for p in children(process) if "drafter" in p.cmdline() and p.pid != old.pid]
+        if new and drafted() > 0:
+            break
+        time.sleep(1.0)
+    else:
+        raise AssertionError("drafting did not resume after the drafter was killed")
+    assert process.poll() is None
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=60) == 0
