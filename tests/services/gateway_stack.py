@@ -9,8 +9,26 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from openai.types.chat import ChatCompletionMessageParam
 
 from treespec.shared.launcher.health import grpc_serving, http_ok
+
+KEY = "sk-treespec-test"  # the gateway's API key in the gateway tests
+MODEL = "SmolLM2-135M-Instruct"
+HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello."}]
+CHAT = "/v1/chat/completions"
+
+
+def chat_body(**fields: Any) -> dict[str, Any]:
+    """A short chat request's JSON body, with `fields` added or replaced."""
+    return {"model": MODEL, "messages": HI, "max_tokens": 2, **fields}
+
+
+def completion_body(**fields: Any) -> dict[str, Any]:
+    """A short completion request's JSON body, with `fields` added or replaced."""
+    return {"model": MODEL, "prompt": "hi", "max_tokens": 2, **fields}
 
 
 @dataclass

@@ -1,12 +1,11 @@
 """The OpenAI gateway against a real verifier (`treespec verifier`, SmolLM2-135M on CPU, random
-drafts), both as child processes, driven with the official `openai` client and with httpx."""
+drafts), both as child processes (conftest.py), driven with the official `openai` client and with
+httpx. Bad input: test_gateway_errors.py."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,66 +20,16 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
-from tests.services.gateway_stack import Service, healthy, start_gateway, start_verifier
+from tests.services.gateway_stack import CHAT, HI, KEY, MODEL, chat_body, completion_body, start_gateway
 from treespec.gateway.app import create_app
 from treespec.gateway.config import GatewayConfig
 from treespec.gateway.tokenizer import PromptTokenizer
 from treespec.shared.launcher.ports import free_port
-from treespec.shared.model.store import models_dir, resolve_model_path
 from treespec.v1 import verifier_pb2, verifier_pb2_grpc
 
 pytestmark = pytest.mark.slow
 
-KEY = "sk-treespec-test"
-MODEL = "SmolLM2-135M-Instruct"
-HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello."}]
 COUNTING = "1, 2, 3, 4,"
-
-
-@pytest.fixture(scope="module")
-def model_path() -> Path:
-    return resolve_model_path(None, models_dir())
-
-
-@pytest.fixture(scope="module")
-def verifier(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    port = free_port()
-    service = start_verifier(model_path, port, tmp_path_factory.mktemp("verifier"))
-    yield port
-    service.stop()
-
-
-@pytest.fixture(scope="module")
-def gateway(
-    model_path: Path, verifier: int, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[str, Service]]:
-    port = free_port()
-    service = start_gateway(model_path, verifier, port, tmp_path_factory.mktemp("gateway"), (KEY,))
-    url = f"http://127.0.0.1:{port}"
-    service.wait_until(lambda: healthy(url), timeout_s=60)
-    yield url, service
-    service.stop()
-
-
-@pytest.fixture(scope="module")
-def url(gateway: tuple[str, Service]) -> str:
-    return gateway[0]
-
-
-@pytest.fixture(scope="module")
-def client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def http(url: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {KEY}"}, timeout=120) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def tokenizer(model_path: Path) -> PromptTokenizer:
-    return PromptTokenizer(model_path)
 
 
 def _extra(obj: Any, name: str) -> Any:
@@ -216,10 +165,10 @@ def test_a_reply_goes_back_as_the_sdk_dumps_it(client: openai.OpenAI, tokenizer:
 
 def test_null_options_take_their_defaults(http: httpx.Client) -> None:
     nulls = {"n": None, "stream": None, "temperature": None, "stop": None, "seed": None}
-    chat = http.post(CHAT, json=_chat(**nulls))
+    chat = http.post(CHAT, json=chat_body(**nulls))
     assert chat.status_code == 200, chat.text
     assert chat.json()["object"] == "chat.completion" and len(chat.json()["choices"]) == 1
-    completion = http.post("/v1/completions", json=_completion(best_of=None, **nulls))
+    completion = http.post("/v1/completions", json=completion_body(best_of=None, **nulls))
     assert completion.status_code == 200, completion.text
     assert len(completion.json()["choices"]) == 1
 
@@ -301,178 +250,6 @@ def test_metrics_expose_requests_and_acceptance(client: openai.OpenAI, http: htt
         assert name in text
 
 
-# -- bad input: 4xx with OpenAI's error shape, never a 500 -----------------------------------------
-
-
-def _chat(**fields: Any) -> dict[str, Any]:
-    return {"model": MODEL, "messages": HI, "max_tokens": 2, **fields}
-
-
-def _completion(**fields: Any) -> dict[str, Any]:
-    return {"model": MODEL, "prompt": "hi", "max_tokens": 2, **fields}
-
-
-def _deep(levels: int) -> bytes:
-    return b'{"model": "m", "messages": ' + b"[" * levels + b"]" * levels + b"}"
-
-
-CHAT = "/v1/chat/completions"
-DONE_CASES: dict[str, tuple[str, dict[str, Any], int]] = {
-    # name: (path, httpx keyword arguments, expected status)
-    "huge max_tokens": (CHAT, {"json": _chat(max_tokens=10**30)}, 400),
-    "negative max_tokens": (CHAT, {"json": _chat(max_tokens=-5)}, 400),
-    "max_tokens as a string": (CHAT, {"json": _chat(max_tokens="5")}, 400),
-    "zero max_completion_tokens": (CHAT, {"json": _chat(max_completion_tokens=0)}, 400),
-    "unknown field": (CHAT, {"json": _chat(frobnicate=True)}, 400),
-    "missing messages": (CHAT, {"json": {"model": MODEL}}, 400),
-    "empty messages": (CHAT, {"json": _chat(messages=[])}, 400),
-    "bad role": (CHAT, {"json": _chat(messages=[{"role": "wizard", "content": "x"}])}, 400),
-    "message without content": (CHAT, {"json": _chat(messages=[{"role": "user"}])}, 400),
-    "content of the wrong type": (CHAT, {"json": _chat(messages=[{"role": "user", "content": 42}])}, 400),
-    "image content part": (
-        CHAT,
-        {
-            "json": _chat(
-                messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
-            )
-        },
-        400,
-    ),
-    "n=0": (CHAT, {"json": _chat(n=0)}, 400),
-    "n=100": (CHAT, {"json": _chat(n=100)}, 400),
-    "temperature=-1": (CHAT, {"json": _chat(temperature=-1)}, 400),
-    "temperature as text": (CHAT, {"json": _chat(temperature="hot")}, 400),
-    "top_p=2": (CHAT, {"json": _chat(top_p=2)}, 400),
-    "five stop strings": (CHAT, {"json": _chat(stop=["a", "b", "c", "d", "e"])}, 400),
-    "stop as a number": (CHAT, {"json": _chat(stop=3)}, 400),
-    "unknown model": (CHAT, {"json": _chat(model="gpt-5")}, 404),
-    "missing model": (CHAT, {"json": {"messages": HI}}, 400),
-    "logprobs": (CHAT, {"json": _chat(logprobs=True, top_logprobs=2)}, 400),
-    "tools": (CHAT, {"json": _chat(tools=[{"type": "function", "function": {"name": "f"}}])}, 400),
-    "json schema output": (CHAT, {"json": _chat(response_format={"type": "json_schema"})}, 400),
-    "presence penalty": (CHAT, {"json": _chat(presence_penalty=1.0)}, 400),
-    "stream_options without stream": (CHAT, {"json": _chat(stream_options={"include_usage": True})}, 400),
-    "speculation num_steps=0": (CHAT, {"json": _chat(speculation={"num_steps": 0})}, 400),
-    "speculation unknown key": (CHAT, {"json": _chat(speculation={"depth": 3})}, 400),
-    "seed beyond int64": (CHAT, {"json": _chat(seed=2**64)}, 400),
-    "negative stop token id": (CHAT, {"json": _chat(stop_token_ids=[-1])}, 400),
-    "NaN temperature": (
-        CHAT,
-        {
-            "content": json.dumps(_chat(temperature=float("nan"))),
-            "headers": {"content-type": "application/json"},
-        },
-        400,
-    ),
-    "not JSON": (CHAT, {"content": b"hello there", "headers": {"content-type": "application/json"}}, 400),
-    "JSON array body": (CHAT, {"content": b"[1, 2]", "headers": {"content-type": "application/json"}}, 400),
-    "JSON null body": (CHAT, {"content": b"null", "headers": {"content-type": "application/json"}}, 400),
-    "invalid UTF-8": (
-        CHAT,
-        {
-            "content": b'{"model": "\xff\xfe", "messages": []}',
-            "headers": {"content-type": "application/json"},
-        },
-        400,
-    ),
-    "empty body": (CHAT, {"content": b"", "headers": {"content-type": "application/json"}}, 400),
-    "deeply nested JSON": (
-        CHAT,
-        {"content": _deep(100_000), "headers": {"content-type": "application/json"}},
-        400,
-    ),
-    "form body": (CHAT, {"data": {"model": MODEL}}, 415),
-    "text/plain": (CHAT, {"content": b"{}", "headers": {"content-type": "text/plain"}}, 415),
-    "oversized body": (CHAT, {"json": _chat(user="x" * (2 << 20))}, 413),
-    "oversized chunked body": (
-        CHAT,
-        {
-            "content": iter([b'{"model": "', *([b"a" * 65536] * 40), b'"}']),
-            "headers": {"content-type": "application/json"},
-        },
-        413,
-    ),
-    "missing API key": (CHAT, {"json": _chat(), "headers": {"Authorization": ""}}, 401),
-    "wrong API key": (CHAT, {"json": _chat(), "headers": {"Authorization": "Bearer sk-wrong"}}, 401),
-    "basic auth": (CHAT, {"json": _chat(), "headers": {"Authorization": f"Basic {KEY}"}}, 401),
-    "prompt beyond the context": ("/v1/completions", {"json": _completion(prompt=[1] * 9000)}, 400),
-    "token id beyond the vocabulary": ("/v1/completions", {"json": _completion(prompt=[10**6])}, 400),
-    "negative token id": ("/v1/completions", {"json": _completion(prompt=[-1])}, 400),
-    "empty prompt": ("/v1/completions", {"json": _completion(prompt="")}, 400),
-    "empty prompt list": ("/v1/completions", {"json": _completion(prompt=[])}, 400),
-    "mixed prompt list": ("/v1/completions", {"json": _completion(prompt=[1, "a"])}, 400),
-    "echo": ("/v1/completions", {"json": _completion(echo=True)}, 400),
-    "messages on completions": ("/v1/completions", {"json": _completion(messages=HI)}, 400),
-    "unknown URL": ("/v1/engines", {"json": {}}, 404),
-}
-
-
-@pytest.mark.parametrize("name", list(DONE_CASES))
-def test_bad_requests_get_openai_errors(http: httpx.Client, name: str) -> None:
-    path, kwargs, status = DONE_CASES[name]
-    response = http.post(path, **kwargs)
-    assert response.status_code == status, response.text
-    error = response.json()["error"]
-    assert set(error) == {"message", "type", "param", "code"}
-    assert error["type"] == "invalid_request_error" and error["message"]
-    if name == "prompt beyond the context":
-        assert error["code"] == "context_length_exceeded"
-    if name == "unknown model":
-        assert error["code"] == "model_not_found"
-
-
-def _with_escapes(body: dict[str, Any]) -> dict[str, Any]:
-    """httpx keyword arguments sending `body` as JSON with its lone surrogates escaped ("\\ud800")."""
-    return {"content": json.dumps(body).encode(), "headers": {"content-type": "application/json"}}
-
-
-SURROGATE_CASES: dict[str, tuple[str, dict[str, Any], int, str | None]] = {
-    # name: (path, body, expected status, expected param)
-    "in a message": (
-        CHAT,
-        _chat(messages=[{"role": "user", "content": "bad \ud800 surrogate"}]),
-        400,
-        "messages.0.content",
-    ),
-    "in a prompt": ("/v1/completions", _completion(prompt="bad \ud83d"), 400, "prompt"),
-    "in a stop string": (CHAT, _chat(stop=["\udfff"]), 400, "stop.0"),
-    "in the model name": (CHAT, _chat(model="gpt\ud800"), 400, "model"),
-    "quoted by the error": (  # the refusal names the part's type, which must not break the response
-        CHAT,
-        _chat(messages=[{"role": "user", "content": [{"type": "x\ud800", "text": "hi"}]}]),
-        400,
-        "messages.0.content.0.type",
-    ),
-    "in a field name": (CHAT, {**_chat(), "x\ud800": 1}, 400, None),
-}
-
-
-@pytest.mark.parametrize("name", list(SURROGATE_CASES))
-def test_lone_surrogates_get_openai_errors(http: httpx.Client, name: str) -> None:
-    path, body, status, param = SURROGATE_CASES[name]
-    response = http.post(path, **_with_escapes(body))
-    assert response.status_code == status, response.text
-    error = response.json()["error"]
-    assert error["type"] == "invalid_request_error" and error["param"] == param
-
-
-def test_wrong_method_and_keyless_routes(url: str, http: httpx.Client) -> None:
-    assert http.get(CHAT).status_code == 405
-    assert httpx.get(f"{url}/v1/models").status_code == 401
-    assert httpx.get(f"{url}/health").status_code == 200  # no key needed
-
-
-def test_still_serving_after_the_bad_requests(client: openai.OpenAI, http: httpx.Client) -> None:
-    reply = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=3, temperature=0)
-    assert reply.choices[0].message.content
-    assert 'status="500"' not in http.get("/metrics").text
-
-
-def test_no_server_error_was_logged(gateway: tuple[str, Service]) -> None:
-    log = gateway[1].log.read_text(errors="replace")
-    assert "Traceback" not in log and "unexpected error" not in log
-
-
 # -- no verifier -------------------------------------------------------------------------------------
 
 
@@ -501,9 +278,9 @@ def test_genai_span_and_trace_context_reach_the_verifier(model_path: Path, verif
     registry = CollectorRegistry()
     config = GatewayConfig(verifier_addresses=(f"127.0.0.1:{verifier}",), model_path=model_path)
     with TestClient(create_app(config, tracer_provider=provider, registry=registry)) as app:
-        with app.stream("POST", CHAT, json=_chat(max_tokens=3, temperature=0, stream=True)) as stream:
+        with app.stream("POST", CHAT, json=chat_body(max_tokens=3, temperature=0, stream=True)) as stream:
             assert sum(1 for line in stream.iter_lines() if line.startswith("data:")) >= 4
-        response = app.post(CHAT, json=_chat(max_tokens=3, temperature=0))
+        response = app.post(CHAT, json=chat_body(max_tokens=3, temperature=0))
     assert response.status_code == 200, response.text
     body = response.json()
     spans = exporter.get_finished_spans()
@@ -528,6 +305,6 @@ def test_round_robin_skips_a_dead_replica(model_path: Path, verifier: int) -> No
     replicas = (f"127.0.0.1:{verifier}", f"127.0.0.1:{free_port()}")  # the second one is down
     config = GatewayConfig(verifier_addresses=replicas, model_path=model_path)
     with TestClient(create_app(config, tracer_provider=TracerProvider())) as app:
-        statuses = [app.post(CHAT, json=_chat(max_tokens=1)).status_code for _ in range(4)]
+        statuses = [app.post(CHAT, json=chat_body(max_tokens=1)).status_code for _ in range(4)]
         assert app.get("/health").status_code == 200
     assert statuses == [200] * 4
