@@ -47,6 +47,7 @@ p_k = w / W, W = sum(w). Only sibling tokens ever change, since q_k is supported
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -72,12 +73,20 @@ class Acceptance:
 
 def accept_greedy(tokens: torch.Tensor, parents: torch.Tensor, target_argmax: torch.Tensor) -> Acceptance:
     """Greedy verification. target_argmax: LongTensor[n], the target's argmax after each node."""
-    token_of = tokens.tolist()
     argmax = target_argmax.tolist()
-    children = tree_children(parents.tolist())
+    return accept_winners(tokens, parents, lambda node, depth: argmax[node])
+
+
+def accept_winners(
+    tokens: torch.Tensor, parents: torch.Tensor, winner: Callable[[int, int], int]
+) -> Acceptance:
+    """Follow from the root the child that carries the target's token, `winner(node, depth)` (asked only
+    for the nodes the walk reaches); the bonus is the winner at the last accepted node."""
+    token_of = tokens.tolist()
+    children = _children(parents.tolist())
     path = [0]
     while True:
-        want = argmax[path[-1]]
+        want = winner(path[-1], len(path) - 1)
         # Siblings carry distinct tokens, so at most one child matches.
         match = next((c for c in children[path[-1]] if token_of[c] == want), None)
         if match is None:
@@ -101,7 +110,7 @@ def accept_sampling(
     generator: source of every random draw, on target_probs.device; a per-request seed replays exactly.
     """
     token_of = tokens.tolist()
-    children = tree_children(parents.tolist())
+    children = _children(parents.tolist())
     q_of = None if draft_probs is None else draft_probs.tolist()
     path = [0]
     while True:
@@ -118,7 +127,7 @@ def accept_sampling(
         path.append(kids[result.accepted])
 
 
-def tree_children(parents: list[int]) -> list[list[int]]:
+def _children(parents: list[int]) -> list[list[int]]:
     """Children of every node, in index order (the order they are tried)."""
     children: list[list[int]] = [[] for _ in parents]
     for node in range(1, len(parents)):

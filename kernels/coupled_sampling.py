@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from treespec.kernels.acceptance import Acceptance, tree_children
+from treespec.kernels.acceptance import Acceptance, accept_winners
 
 _MASK64 = (1 << 64) - 1
 
@@ -52,13 +52,8 @@ def accept_coupled(
     target_probs: FloatTensor[n, V], the target's distribution after each node; first_position: the
     sequence position of the token after the root (the request's length). Noise is drawn only for the
     positions the walk reaches: a node at depth d samples position first_position + d."""
-    token_of = tokens.tolist()
-    children = tree_children(parents.tolist())
-    path = [0]
-    while True:
-        node = path[-1]
-        want = coupled_token(target_probs[node], seed, first_position + len(path) - 1)
-        match = next((c for c in children[node] if token_of[c] == want), None)  # siblings are distinct
-        if match is None:
-            return Acceptance(path=path, bonus=want)
-        path.append(match)
+    return accept_winners(
+        tokens,
+        parents,
+        lambda node, depth: coupled_token(target_probs[node], seed, first_position + depth),
+    )

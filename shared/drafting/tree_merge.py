@@ -32,7 +32,7 @@ class _Node:
     depth: int
     value: float
     sources: dict[int, int] = field(default_factory=dict)  # tree index -> node index in that tree
-    children: list[int] = field(default_factory=list)
+    children: dict[int, int] = field(default_factory=dict)  # token -> union index
 
 
 def merge_trees(trees: Sequence[TokenTree], budget: TreeBudget) -> TokenTree | None:
@@ -62,11 +62,10 @@ def _union(trees: Sequence[TokenTree]) -> list[_Node]:
             if i == 0:
                 continue
             up = at[parent]
-            found = next((c for c in union[up].children if union[c].token == token), None)
+            found = union[up].children.get(token)
             if found is None:
-                found = len(union)
+                found = union[up].children[token] = len(union)
                 union.append(_Node(token, up, union[up].depth + 1, value))
-                union[up].children.append(found)
             node = union[found]
             node.value = max(node.value, value)
             node.sources[t] = i
@@ -79,7 +78,7 @@ def _take(union: list[_Node], budget: TreeBudget) -> list[int]:
     heap: list[tuple[float, int, int]] = []  # (-value, first tree holding it, union index)
 
     def offer(node: int) -> None:
-        for c in union[node].children:
+        for c in union[node].children.values():
             if union[c].depth <= budget.num_steps:
                 heapq.heappush(heap, (-union[c].value, min(union[c].sources), c))
 
@@ -105,12 +104,12 @@ def _cut_first(tree: TokenTree, keep: list[int]) -> TokenTree:
     parents = [-1] + [new_index[int(tree.parents[i])] for i in keep]
     probs = None
     if tree.probs is not None:
-        probs = tree.probs[order].clone()
+        kept = list(zip(tree.probs[order].tolist(), parents, strict=True))[1:]  # (q, parent) per node
         sums: dict[int, float] = {}
-        for i, p in enumerate(parents[1:], start=1):
-            sums[p] = sums.get(p, 0.0) + float(probs[i])
-        for i, p in enumerate(parents[1:], start=1):
-            probs[i] = probs[i] / sums[p] if sums[p] > 0 else 1.0
+        for q, p in kept:
+            sums[p] = sums.get(p, 0.0) + q
+        renormalised = [q / sums[p] if sums[p] > 0 else 1.0 for q, p in kept]
+        probs = torch.tensor([float(tree.probs[0]), *renormalised], dtype=tree.probs.dtype)
     path_probs = None if tree.path_probs is None else tree.path_probs[order].clone()
     return TokenTree(tree.tokens[order].clone(), torch.tensor(parents, dtype=torch.long), probs, path_probs)
 
