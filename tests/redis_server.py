@@ -1,9 +1,11 @@
 """A throwaway redis-server for tests: no persistence, loopback only, on a free port; it can be killed
-(a crash, not a shutdown) and started again on the same port (a restart the clients must survive)."""
+(a crash, not a shutdown) and started again on the same port (a restart the clients must survive), or
+hung (stopped by a signal: it holds its connections and answers nothing) and resumed."""
 
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -48,6 +50,16 @@ class RedisServer:
         if self._process.stderr is not None:
             self._process.stderr.close()
         self._process = None
+
+    def hang(self) -> None:
+        """SIGSTOP: the server keeps its sockets open and accepts connections, but answers nothing."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT: a hung server answers again, everything it held intact."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGCONT)
 
     def _wait_until_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -122,9 +122,11 @@ class RedisMemory(NgramMemory):
         return fetched
 
     def _probe(self) -> None:
-        """The reconnect probe: drop the pools' sockets from before the outage, then ping afresh."""
-        self._reader.connection_pool.disconnect()
-        self._writer_client.connection_pool.disconnect()
+        """The reconnect probe: drop the pools' idle sockets from before the outage, then ping afresh.
+        A socket in use is left alone: the writer may still be waiting on it for a hung server's reply,
+        and closing it under the writer would lose its batch; a failing socket drops itself."""
+        self._reader.connection_pool.disconnect(inuse_connections=False)
+        self._writer_client.connection_pool.disconnect(inuse_connections=False)
         self._writer_client.ping()
 
     def _on_up(self) -> None:

@@ -138,8 +138,11 @@ class BatchWriter:
             self._queue.extendleft(reversed(batch[overflow:]))
 
     def _reject(self, batch: list[Observation], error: Exception) -> None:
-        """The store answered with an error (e.g. a foreign key of the wrong type): retrying cannot help."""
-        if not self._warned_rejected:
+        """The store answered with an error (e.g. a foreign key of the wrong type): retrying cannot help.
+        While closing, the error is the client closed under a write still waiting on the store."""
+        if self._stop:
+            logger.debug("n-gram memory: a batch of %d was in flight at close (%s)", len(batch), error)
+        elif not self._warned_rejected:
             self._warned_rejected = True
             logger.warning("n-gram memory: Redis rejected a batch of %d (%s); dropped", len(batch), error)
         with self._cond:

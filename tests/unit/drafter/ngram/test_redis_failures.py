@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tests.redis_server import RedisServer
-from tests.unit.drafter.ngram.backends import config
+from tests.unit.drafter.ngram.backends import TEST_READ_TIMEOUT_S, config
 from treespec.drafter.ngram.memory import Continuation
 from treespec.drafter.ngram.redis_memory import RedisMemory
 from treespec.shared.launcher.ports import free_port
@@ -56,6 +56,37 @@ def test_a_crash_reads_as_empty_at_once_and_a_restart_drains_the_buffer(
     assert any("reconnected" in r.getMessage() for r in caplog.records if r.levelno == logging.INFO)
 
 
+def test_a_hung_server_costs_one_read_timeout_and_loses_no_write(redis_server: RedisServer) -> None:
+    """A server that holds its connections and answers nothing (stopped, swapping, a network black hole):
+    a lookup gives up after the read timeout, and the batch the writer had in flight stays queued
+    while the reconnect probes run, then lands once the server answers again."""
+    memory = RedisMemory(redis_server.url, config())
+    try:
+        memory.record([((1,), (2,))])
+        assert memory.flush()
+        redis_server.hang()
+        memory.record([((3,), (4,)), ((5,), (6,))])
+        assert not memory.flush(timeout_s=0.1)  # the writer is now blocked on the hung server
+
+        started = time.monotonic()
+        assert memory.lookup([(7,)]) == [[]]
+        assert time.monotonic() - started < TEST_READ_TIMEOUT_S + 0.5
+        assert not memory.healthy
+        started = time.monotonic()
+        assert memory.lookup([(8,)]) == [[]]  # marked down: no second wait
+        assert time.monotonic() - started < 0.05
+        time.sleep(0.5)  # reconnect probes run while the writer still waits for its reply
+
+        redis_server.resume()
+        assert _wait_healthy(memory)
+        assert memory.flush()
+        assert memory.dropped == 0
+        found = memory.lookup([(1,), (3,), (5,)])
+        assert found == [[Continuation((2,), 1)], [Continuation((4,), 1)], [Continuation((6,), 1)]]
+    finally:
+        memory.close()
+
+
 def test_unreachable_at_start_then_up_keeps_the_newest_buffered(caplog: pytest.LogCaptureFixture) -> None:
     server = RedisServer(port=free_port())
     started = time.monotonic()
@@ -86,6 +117,22 @@ def test_close_while_down_returns_promptly(redis_server: RedisServer) -> None:
     assert time.monotonic() - started < 1.5
     memory.record([((1,), (2,))])  # after close: ignored, never raises
     assert memory.lookup([(1,)]) == [[]]
+
+
+def test_close_while_hung_returns_promptly_and_warns_of_no_rejection(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="treespec.drafter.ngram")
+    memory = RedisMemory(redis_server.url, config())
+    assert memory.flush()
+    redis_server.hang()
+    memory.record([((1,), (2,))])
+    assert not memory.flush(timeout_s=0.1)  # the writer is now blocked on the hung server
+    started = time.monotonic()
+    memory.close()
+    assert time.monotonic() - started < 1.5
+    time.sleep(0.2)  # the writer's blocked write ends as its socket closes
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_a_malformed_url_is_a_value_error() -> None:
