@@ -18,6 +18,14 @@ class PendingRound:
     owed: dict[Hashable, set[str]]  # replica -> the request ids asked of it
     results: dict[str, drafter_pb2.DraftResult] = field(default_factory=dict)
     done: threading.Event = field(default_factory=threading.Event)
+    asked: frozenset[Hashable] = frozenset()  # every replica asked (`owed` loses them as they answer)
+
+    def __post_init__(self) -> None:
+        self.asked = frozenset(self.owed)
+
+    def late(self) -> list[Hashable]:
+        """The replicas asked that have not answered (nor gone away)."""
+        return list(self.owed)
 
     def accept(self, replica: Hashable, reply: drafter_pb2.DraftReply) -> bool:
         """False for a reply to another round (late: its step decoded plainly) or an unasked replica."""

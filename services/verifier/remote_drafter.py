@@ -18,6 +18,7 @@ from treespec.v1 import drafter_pb2
 from treespec.verifier.draft_round import PendingRound
 from treespec.verifier.drafter_link import Backoff, ReplicaLink
 from treespec.verifier.drafter_targets import DrafterTargets
+from treespec.verifier.replica_pace import PacePolicy, ReplicaPace
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,10 @@ class RemoteDrafter(Drafter):
     messages. `propose` asks each replica for its requests' trees in a new round and waits until
     `deadline_s`: what is missing then, or arrives for an older round, means plain decoding. When a
     replica's stream breaks, its requests are reopened on the others from their full history, and
-    the replica is reconnected in the background, to take new requests once it is back.
+    the replica is reconnected in the background, to take new requests once it is back. A replica
+    that stays up but keeps missing the deadline is not waited on (`pace`, see replica_pace.py): its
+    requests move to a replica that keeps pace, or else decode plainly, and it is asked again now and
+    then until it answers in time.
 
     `features`: for co-located replicas that read the target's features (EAGLE), the ring they
     asked the verifier for; the engine publishes into it and each Advance carries the slots.
@@ -56,8 +60,10 @@ class RemoteDrafter(Drafter):
         resolve_interval_s: float = 10.0,
         backoff: Backoff | None = None,
         features: FeatureRingSource | None = None,
+        pace: PacePolicy | None = None,
     ) -> None:
         self.deadline_s = deadline_s
+        self._pace = ReplicaPace(pace or PacePolicy())
         self._features = features
         self._targets = DrafterTargets.parse(targets)
         self._resolve_interval_s = resolve_interval_s
@@ -111,6 +117,7 @@ class RemoteDrafter(Drafter):
         pending.done.wait(self.deadline_s)
         with self._lock:
             self._pending = None  # from now on, replies for this round are late
+            self._keep_pace(pending)
         return [_tree(pending.results.get(q.request_id)) for q in queries]
 
     @property
@@ -176,6 +183,7 @@ class RemoteDrafter(Drafter):
         with self._changed:
             if link in self._live:
                 self._live.remove(link)
+            self._pace.forget(link)
             if self._pending is not None:
                 self._pending.forget(link)
             loads = self._loads()
@@ -195,11 +203,13 @@ class RemoteDrafter(Drafter):
 
     def _start_round(self, queries: Sequence[DraftQuery]) -> PendingRound | None:
         with self._lock:
-            by_link: dict[ReplicaLink, list[DraftQuery]] = {}
+            grouped: dict[ReplicaLink, list[DraftQuery]] = {}
             for query in queries:
                 track = self._tracks.get(query.request_id)
                 if track is not None and track.link is not None:
-                    by_link.setdefault(track.link, []).append(query)
+                    grouped.setdefault(track.link, []).append(query)
+            # A lagging replica with no probe due is not asked: its requests get no tree.
+            by_link = {link: asked for link, asked in grouped.items() if self._pace.asks(link)}
             if not by_link:
                 return None
             number = next(self._rounds)
@@ -211,10 +221,32 @@ class RemoteDrafter(Drafter):
                 link.send(_propose_message(number, asked))
             return self._pending
 
+    def _keep_pace(self, pending: PendingRound) -> None:
+        """After a round's wait: count who missed it; a replica that just turned lagging hands its
+        requests to the replicas that keep pace, if there are any."""
+        late = set(pending.late())
+        for link in pending.asked:
+            assert isinstance(link, ReplicaLink)
+            if link not in late:
+                self._pace.answered(link, link.address)
+            elif self._pace.missed(link, link.address):
+                self._move_off(link)
+
+    def _move_off(self, link: ReplicaLink) -> None:
+        if all(self._pace.lagging(other) for other in self._live):
+            return  # nowhere better: its requests stay, and decode plainly while it lags
+        loads = self._loads()
+        for request_id, track in self._tracks.items():
+            if track.link is link:
+                link.send(drafter_pb2.DraftRequest(close=drafter_pb2.CloseDraft(request_id=request_id)))
+                loads[link] -= 1
+                self._assign(request_id, track, loads)
+
     def _assign(self, request_id: str, track: _Track, loads: Counter[ReplicaLink]) -> None:
-        """To the live replica with the fewest requests; it learns the request's full history.
-        Callers of _assign, _drop and _loads hold the lock."""
-        link = min(self._live, key=lambda candidate: loads[candidate], default=None)
+        """To the live replica with the fewest requests, among those keeping pace if any do; it learns
+        the request's full history. Callers of _assign, _drop and _loads hold the lock."""
+        candidates = [link for link in self._live if not self._pace.lagging(link)] or self._live
+        link = min(candidates, key=lambda candidate: loads[candidate], default=None)
         track.link = link
         if link is None:
             self._warn_once("none", "no drafter replica is up: decoding plainly until one is")

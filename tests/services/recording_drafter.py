@@ -25,6 +25,8 @@ class RecordingDrafter(Drafter):
         self.inner = RandomTreeDrafter(vocab_size, seed=seed)
         self.propose_delay_s = 0.0  # sleep this long in the next propose
         self.fail_next_propose = False
+        self.answering = threading.Event()  # cleared: every propose waits until it is set (a hung drafter)
+        self.answering.set()
         self._calls: list[Call] = []
         self._lock = threading.Lock()
 
@@ -47,6 +49,7 @@ class RecordingDrafter(Drafter):
             self._record(Call("propose", q.request_id))
         delay, self.propose_delay_s = self.propose_delay_s, 0.0
         time.sleep(delay)
+        self.answering.wait()
         if self.fail_next_propose:
             self.fail_next_propose = False
             raise RuntimeError("plugin failure")

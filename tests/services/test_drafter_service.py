@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import queue
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ from treespec.verifier.config import EngineConfig
 from treespec.verifier.drafter_targets import DrafterTargets
 from treespec.verifier.engine import Engine
 from treespec.verifier.remote_drafter import RemoteDrafter
+from treespec.verifier.replica_pace import PacePolicy
 from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
 
 VOCAB = 97
@@ -171,6 +173,74 @@ def test_requests_spread_and_survive_a_replica_going_away(tiny_path: Path, tiny_
             got = again.generate(greedy(i, 40) for i in range(2))
             assert {k: v.token_ids for k, v in got.items()} == {k: want[k] for k in got}
             assert len(plugin_a2.calls("open")) == 1 and plugin_a2.calls("propose")
+
+
+def _timed_propose(drafter: RemoteDrafter, *rids: str) -> tuple[list[bool], float]:
+    """Which of `rids` got a tree this round, and how long the round took."""
+    start = time.monotonic()
+    trees = drafter.propose([DraftQuery(rid, BUDGET) for rid in rids])
+    return [tree is not None for tree in trees], time.monotonic() - start
+
+
+def test_a_hung_replica_is_not_waited_on_until_it_answers_in_time_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A replica that holds its stream but answers nothing would cost every step the whole deadline."""
+    caplog.set_level(logging.INFO, logger="treespec.verifier.replica_pace")
+    plugin = RecordingDrafter(VOCAB)
+    pace = PacePolicy(miss_limit=3, probe_interval_s=0.5)
+    with serving(plugin) as (_, address), RemoteDrafter([address], 0.1, pace=pace) as drafter:
+        assert drafter.wait_for_replicas(1, 5.0)
+        drafter.open("r0", [1, 2, 3])
+        assert _timed_propose(drafter, "r0")[0] == [True]
+        plugin.answering.clear()
+        try:
+            for _ in range(3):  # each missed round costs the deadline
+                got, seconds = _timed_propose(drafter, "r0")
+                assert got == [False] and seconds >= 0.1
+            for _ in range(5):  # then the replica is not waited on
+                got, seconds = _timed_propose(drafter, "r0")
+                assert got == [False] and seconds < 0.05
+        finally:
+            plugin.answering.set()
+        # A probe round every 0.5 s; once one is answered in time, every round is asked again.
+        assert eventually(lambda: _timed_propose(drafter, "r0")[0] == [True])
+        assert all(_timed_propose(drafter, "r0")[0] == [True] for _ in range(5))
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("missed the draft deadline 3 rounds in a row" in m for m in messages) == 1
+    assert sum("answers in time again" in m for m in messages) == 1
+
+
+def test_requests_of_a_hung_replica_move_to_one_that_keeps_pace() -> None:
+    plugin_a, plugin_b = RecordingDrafter(VOCAB, seed=1), RecordingDrafter(VOCAB, seed=2)
+    pace = PacePolicy(miss_limit=2, probe_interval_s=60.0)
+    with (
+        serving(plugin_a) as (_, address_a),
+        serving(plugin_b) as (_, address_b),
+        RemoteDrafter([address_a, address_b], 0.1, pace=pace) as drafter,
+    ):
+        assert drafter.wait_for_replicas(2, 5.0)
+        rids = [f"r{i}" for i in range(4)]
+        for rid in rids:
+            drafter.open(rid, [1, 2, 3])
+        on_a = [rid for rid in rids if drafter.replica_of(rid) == address_a]
+        assert on_a and len(on_a) < len(rids)
+        plugin_a.answering.clear()
+        try:
+            for _ in range(2):
+                got, _ = _timed_propose(drafter, *rids)
+                assert got == [rid not in on_a for rid in rids]
+            assert all(drafter.replica_of(rid) == address_b for rid in rids)
+            got, seconds = _timed_propose(drafter, *rids)
+            assert got == [True] * len(rids) and seconds < 0.1
+            for rid in on_a:  # reopened on B
+                assert len(plugin_b.calls("open", rid)) == 1
+            new = "r-new"  # new requests go to the replica that keeps pace too
+            drafter.open(new, [4, 5])
+            assert drafter.replica_of(new) == address_b
+        finally:
+            plugin_a.answering.set()
+        assert eventually(lambda: all(len(plugin_a.calls("close", rid)) == 1 for rid in on_a))
 
 
 def test_no_replica_reachable_means_plain_decoding() -> None:
