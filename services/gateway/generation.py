@@ -1,6 +1,8 @@
 """One choice's generation: verifier chunks in, text deltas and a final `ChoiceEnd` out.
 
-Tokens go through the incremental detokenizer, then the stop-string matcher. A stop token (the
+Tokens go through the incremental detokenizer, then the stop-string matcher. When the request asked
+for log-probabilities, each token's rides on the first text delta that holds its text (or on the
+last delta, for text a stop string cut away). A stop token (the
 request's stop_token_ids, or EOS unless ignore_eos) ends the generation and adds no text, though it
 counts as a completion token. A stop string ends it early: the gRPC call is cancelled (closing the
 chunk iterator does that), and the figures the verifier would have sent at the end are unknown.
@@ -43,9 +45,23 @@ class SpecFigures:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """An output token's log-probability under the model, and the most likely tokens' (best first)."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...]
+
+    @classmethod
+    def from_proto(cls, token_id: int, entry: verifier_pb2.TokenLogprob) -> TokenLogprob:
+        return cls(token_id, entry.logprob, tuple(zip(entry.top_token_ids, entry.top_logprobs, strict=True)))
+
+
+@dataclass(frozen=True)
 class TextDelta:
     index: int
     text: str
+    logprobs: tuple[TokenLogprob, ...] = ()  # the tokens this text completes, when asked for
 
 
 @dataclass(frozen=True)
@@ -84,22 +100,27 @@ async def run_choice(
     detokenizer = IncrementalDetokenizer(tokenizer, prompt_ids)
     stops = StopStringMatcher(job.stop_strings)
     count = 0
+    pending: list[TokenLogprob] = []  # tokens whose text has not been sent yet
     async with aclosing(client.generate(job.request, trace_context)) as chunks:
         async for chunk in chunks:
-            for token in chunk.token_ids:
+            entries = chunk.logprobs if len(chunk.logprobs) == len(chunk.token_ids) else None
+            for j, token in enumerate(chunk.token_ids):
                 count += 1
                 if token in job.end_token_ids:
                     continue
+                if entries is not None:
+                    pending.append(TokenLogprob.from_proto(token, entries[j]))
                 check = stops.push(detokenizer.step(token))
-                if check.text:
-                    yield TextDelta(job.index, check.text)
+                if check.text or (check.stopped and pending):
+                    yield TextDelta(job.index, check.text, tuple(pending))
+                    pending.clear()
                 if check.stopped:
                     yield ChoiceEnd(job.index, "stop", count, None)
                     return
             if chunk.finish_reason != verifier_pb2.FINISH_REASON_UNSPECIFIED:
                 tail = stops.flush()
-                if tail:
-                    yield TextDelta(job.index, tail)
+                if tail or pending:
+                    yield TextDelta(job.index, tail, tuple(pending))
                 yield _choice_end(job.index, chunk, count)
                 return
     raise verifier_unavailable("the generation stream ended without a finish reason")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from treespec.gateway.generation import ChoiceEnd, Event, SpecFigures, TextDelta
+from treespec.gateway.generation import ChoiceEnd, Event, SpecFigures, TextDelta, TokenLogprob
 from treespec.gateway.responses import MetaInfo, Usage
 
 
@@ -10,16 +10,25 @@ class Outcome:
     def __init__(self, num_choices: int, prompt_tokens: int) -> None:
         self.prompt_tokens = prompt_tokens  # every prompt once, however many choices it has
         self._texts: list[list[str]] = [[] for _ in range(num_choices)]
+        self._lengths = [0] * num_choices
+        self._logprobs: list[list[tuple[TokenLogprob, int]]] = [[] for _ in range(num_choices)]
         self._ends: dict[int, ChoiceEnd] = {}
 
     def add(self, event: Event) -> None:
         if isinstance(event, TextDelta):
-            self._texts[event.index].append(event.text)
+            i = event.index
+            self._logprobs[i].extend((entry, self._lengths[i]) for entry in event.logprobs)
+            self._texts[i].append(event.text)
+            self._lengths[i] += len(event.text)
         else:
             self._ends[event.index] = event
 
     def text(self, index: int) -> str:
         return "".join(self._texts[index])
+
+    def logprobs(self, index: int) -> list[tuple[TokenLogprob, int]]:
+        """Each output token's log-probabilities, with the offset in the text where its delta starts."""
+        return self._logprobs[index]
 
     def finish_reason(self, index: int) -> str:
         return self._ends[index].finish_reason

@@ -76,6 +76,8 @@ def sampling_params(body: SamplingFields, max_new_tokens: int, index: int) -> ve
         params.min_p = body.min_p
     if body.seed is not None:
         params.seed = derive_seed(body.seed, index)
+    if body.logprob_count is not None:
+        params.logprobs = body.logprob_count
     return params
 
 

@@ -1,7 +1,7 @@
 """OpenAI request bodies for /v1/chat/completions and /v1/completions (pydantic v2, strict).
 
 Unknown fields are refused (OpenAI: "Unrecognized request argument supplied"); fields that OpenAI
-knows but treespec does not implement (tools, logprobs, penalties, ...) are accepted only at their
+knows but treespec does not implement (tools, penalties, echo, ...) are accepted only at their
 neutral value, else refused as unsupported. Extensions after vLLM and SGLang: top_k, min_p,
 ignore_eos, stop_token_ids, and a per-request `speculation` object. A null stands for the field's
 default, as in OpenAI; text with a lone surrogate (valid JSON, not valid Unicode) is refused.
@@ -23,6 +23,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from treespec.gateway.errors import quotable
+from treespec.shared.rpc.limits import MAX_TOP_LOGPROBS
 
 MAX_N = 8
 MAX_STOP_STRINGS = 4
@@ -129,6 +130,11 @@ class SamplingFields(BaseModel):
         return self
 
     @property
+    def logprob_count(self) -> int | None:
+        """Alternatives to return per output token with its log-probability; None: no log-probabilities."""
+        return None
+
+    @property
     def stop_strings(self) -> tuple[str, ...]:
         stops = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
         return tuple(s for s in stops if s)
@@ -206,9 +212,9 @@ class ChatCompletionRequest(SamplingFields):
     store: bool | None = None
     service_tier: str | None = None
     parallel_tool_calls: bool | None = None
-    # Not implemented: of OpenAI's types, and accepted at their neutral value only.
     logprobs: bool | None = None
-    top_logprobs: int | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+    # Not implemented: of OpenAI's types, and accepted at their neutral value only.
     tools: list[Any] | None = None
     tool_choice: str | dict[str, Any] | None = None
     functions: list[Any] | None = None
@@ -219,8 +225,6 @@ class ChatCompletionRequest(SamplingFields):
     prediction: dict[str, Any] | None = None
 
     _check_chat_unsupported = field_validator(
-        "logprobs",
-        "top_logprobs",
         "tools",
         "tool_choice",
         "functions",
@@ -230,6 +234,16 @@ class ChatCompletionRequest(SamplingFields):
         "audio",
         "prediction",
     )(_unsupported)
+
+    @model_validator(mode="after")
+    def _top_logprobs_need_logprobs(self) -> ChatCompletionRequest:
+        if self.top_logprobs and not self.logprobs:
+            raise PydanticCustomError("invalid_value", "'logprobs' must be true when 'top_logprobs' is used")
+        return self
+
+    @property
+    def logprob_count(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     @property
     def token_limit(self) -> int | None:
@@ -243,12 +257,16 @@ Prompt = UnicodeText | list[UnicodeText] | list[TokenId] | list[list[TokenId]]
 class CompletionRequest(SamplingFields):
     prompt: Prompt
     best_of: int | None = Field(default=None, ge=1, le=MAX_N)
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     # Not implemented: of OpenAI's types, and accepted at their neutral value only.
-    logprobs: int | None = None
     echo: bool | None = None
     suffix: str | None = None
 
-    _check_completion_unsupported = field_validator("logprobs", "echo", "suffix")(_unsupported)
+    _check_completion_unsupported = field_validator("echo", "suffix")(_unsupported)
+
+    @property
+    def logprob_count(self) -> int | None:
+        return self.logprobs
 
     @field_validator("prompt")
     @classmethod

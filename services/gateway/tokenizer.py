@@ -9,11 +9,13 @@ import transformers
 from tokenizers import Tokenizer
 
 from treespec.gateway.errors import APIError
+from treespec.gateway.token_text import TokenTexts
 
 
 class PromptTokenizer:
     def __init__(self, model_path: Path) -> None:
         self._hf = transformers.AutoTokenizer.from_pretrained(model_path)
+        self.token_texts = TokenTexts(self.backend)  # for log-probabilities
 
     @property
     def backend(self) -> Tokenizer:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from treespec.kernels.kv_compaction import compact_kv
+from treespec.kernels.logprobs import TokenLogprobs, token_logprobs
 from treespec.shared.drafting.drafter import Drafter
 from treespec.shared.drafting.features import FeatureSlots
 from treespec.shared.model.kv_cache import KVCache
@@ -55,7 +56,7 @@ class CommitStage:
         for item in result.items:
             if item.tree is None:  # a prefill chunk that leaves more prompt for later steps
                 item.state.kv_len += item.num_new
-        return [self._commit(v, features.get(v.item.state.request_id)) for v in verdicts]
+        return [self._commit(v, features.get(v.item.state.request_id), result) for v in verdicts]
 
     def _publish(self, result: ForwardResult, verdicts: list[Verdict]) -> dict[str, FeatureSlots]:
         ring = self.drafter.feature_ring if self.drafter is not None else None
@@ -83,7 +84,9 @@ class CommitStage:
             device = self.cache.k.device
             compact_kv(k, vv, torch.cat(src).to(device), torch.cat(dst).to(device))
 
-    def _commit(self, verdict: Verdict, features: FeatureSlots | None) -> RequestOutput:
+    def _commit(
+        self, verdict: Verdict, features: FeatureSlots | None, result: ForwardResult
+    ) -> RequestOutput:
         item, acceptance = verdict.item, verdict.acceptance
         state = item.state
         assert item.tree is not None
@@ -106,6 +109,7 @@ class CommitStage:
             finish_reason=finish,
             num_prompt_tokens=state.num_prompt,
             stats=state.stats if finish is not None else None,
+            logprobs=_logprobs(verdict, emitted, result),
         )
 
     def _tell_drafter(self, request_id: str, tokens: list[int], features: FeatureSlots | None) -> None:
@@ -114,3 +118,13 @@ class CommitStage:
             self.drafter.commit(request_id, tokens, features)
         except Exception as exc:  # the drafter's trouble never reaches the request
             log.warning("drafter commit failed for %s: %r", request_id, exc)
+
+
+def _logprobs(verdict: Verdict, emitted: list[int], result: ForwardResult) -> TokenLogprobs | None:
+    """Emitted token j came from the target's row after accepted node path[j]."""
+    k = verdict.item.state.request.sampling.logprobs
+    if k is None:
+        return None
+    path = torch.tensor(verdict.acceptance.path[: len(emitted)], dtype=torch.long)
+    rows = (path + verdict.item.logits_start).to(result.logits.device)
+    return token_logprobs(result.logits[rows], torch.tensor(emitted, dtype=torch.long), k)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from treespec.kernels.logprobs import TokenLogprobs
 from treespec.shared.drafting.drafter import Drafter
 from treespec.shared.model.attention.torch_backend import TorchAttentionBackend
 from treespec.shared.model.causal_lm import CausalLM
@@ -54,6 +55,7 @@ class GenerationResult:
     token_ids: list[int]
     finish_reason: FinishReason
     stats: SpecStats
+    logprobs: TokenLogprobs | None = None  # when the request asked for them
 
 
 class Engine:
@@ -150,17 +152,25 @@ class Engine:
     def generate(self, requests: Iterable[GenerationRequest]) -> dict[str, GenerationResult]:
         """Run requests to completion (tests, benchmarks, the embedded mode)."""
         tokens: dict[str, list[int]] = {}
+        logprobs: dict[str, list[TokenLogprobs]] = {}
         for r in requests:
             self.add_request(r)
             tokens[r.request_id] = []
+            logprobs[r.request_id] = []
         results: dict[str, GenerationResult] = {}
         while self.has_work():
             for out in self.step():
                 tokens[out.request_id].extend(out.token_ids)
+                if out.logprobs is not None:
+                    logprobs[out.request_id].append(out.logprobs)
                 if out.finish_reason is not None:
                     stats = out.stats or SpecStats()
+                    parts = logprobs[out.request_id]
                     results[out.request_id] = GenerationResult(
-                        tokens[out.request_id], out.finish_reason, stats
+                        tokens[out.request_id],
+                        out.finish_reason,
+                        stats,
+                        TokenLogprobs.join(parts) if parts else None,
                     )
         return results
 

@@ -7,7 +7,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from treespec.kernels.logprobs import TokenLogprobs
 from treespec.shared.drafting.token_tree import TreeBudget
+from treespec.shared.rpc.limits import MAX_TOP_LOGPROBS
 from treespec.verifier.stats import SpecStats
 
 
@@ -27,6 +29,9 @@ class SamplingParams:
     max_new_tokens: int = 128
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    # Return each output token's log-probability and this many most likely alternatives (0..20);
+    # None: no log-probabilities.
+    logprobs: int | None = None
 
     @property
     def greedy(self) -> bool:
@@ -39,6 +44,10 @@ class SamplingParams:
             (0.0 <= self.min_p <= 1.0, "min_p must be in [0, 1]"),
             (self.max_new_tokens >= 1, "max_new_tokens must be >= 1"),
             (all(t >= 0 for t in self.stop_token_ids), "stop token ids must be >= 0"),
+            (
+                self.logprobs is None or 0 <= self.logprobs <= MAX_TOP_LOGPROBS,
+                f"logprobs must be in [0, {MAX_TOP_LOGPROBS}]",
+            ),
         ]
         for ok, message in checks:
             if not ok:
@@ -103,6 +112,7 @@ class RequestOutput:
     finish_reason: FinishReason | None = None
     num_prompt_tokens: int = 0
     stats: SpecStats | None = None  # on the finishing output
+    logprobs: TokenLogprobs | None = None  # one row per token id, when the request asked for them
 
     @property
     def finished(self) -> bool:

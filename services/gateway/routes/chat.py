@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from treespec.gateway.disconnect import cancel_on_disconnect
 from treespec.gateway.errors import APIError
 from treespec.gateway.generation import Event, TextDelta
+from treespec.gateway.logprob_format import chat_logprobs
 from treespec.gateway.outcome import meta_info
 from treespec.gateway.responses import (
     ChatChoice,
@@ -39,8 +40,9 @@ async def chat_completions(
     run = await GenerationRun.start(state, body, [prompt], body.token_limit, "chat", "chatcmpl")
     if body.stream:
         events = await cancel_on_disconnect(request, primed(run.events()))
-        return event_stream(_stream(run, events, body.include_usage))
+        return event_stream(_stream(run, events, body.include_usage, body.logprobs is True))
     outcome = await cancel_on_disconnect(request, run.collect())
+    texts = state.tokenizer.token_texts
     response = ChatCompletion(
         id=run.id,
         created=run.created,
@@ -49,6 +51,9 @@ async def chat_completions(
             ChatChoice(
                 index=job.index,
                 message=ChatMessageOut(content=outcome.text(job.index)),
+                logprobs=chat_logprobs(texts, [e for e, _ in outcome.logprobs(job.index)])
+                if body.logprobs
+                else None,
                 finish_reason=outcome.finish_reason(job.index),
             )
             for job in run.jobs
@@ -60,8 +65,10 @@ async def chat_completions(
 
 
 async def _stream(
-    run: GenerationRun, events: AsyncGenerator[Event, None], include_usage: bool
+    run: GenerationRun, events: AsyncGenerator[Event, None], include_usage: bool, logprobs: bool
 ) -> AsyncIterator[bytes]:
+    texts = run.state.tokenizer.token_texts
+
     def chunk(choice: ChatChunkChoice, meta: MetaInfo | None = None) -> bytes:
         return sse_chunk(
             ChatCompletionChunk(
@@ -74,7 +81,8 @@ async def _stream(
     try:
         async for event in events:
             if isinstance(event, TextDelta):
-                yield chunk(ChatChunkChoice(index=event.index, delta={"content": event.text}))
+                lp = chat_logprobs(texts, event.logprobs) if logprobs else None
+                yield chunk(ChatChunkChoice(index=event.index, delta={"content": event.text}, logprobs=lp))
             else:
                 choice = ChatChunkChoice(index=event.index, delta={}, finish_reason=event.finish_reason)
                 yield chunk(choice, meta_info(event.spec))

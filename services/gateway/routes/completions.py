@@ -12,8 +12,9 @@ from fastapi.responses import JSONResponse, Response
 from treespec.gateway.disconnect import cancel_on_disconnect
 from treespec.gateway.errors import APIError
 from treespec.gateway.generation import Event, TextDelta
+from treespec.gateway.logprob_format import completion_logprobs
 from treespec.gateway.outcome import meta_info
-from treespec.gateway.responses import Completion, CompletionChoice, MetaInfo
+from treespec.gateway.responses import Completion, CompletionChoice, CompletionLogprobs, MetaInfo
 from treespec.gateway.run import GenerationRun
 from treespec.gateway.schemas import CompletionRequest
 from treespec.gateway.sse import DONE, event_stream, primed, sse_chunk, sse_error
@@ -32,15 +33,26 @@ async def completions(
     run = await GenerationRun.start(state, body, prompts, body.token_limit, "text_completion", "cmpl")
     if body.stream:
         events = await cancel_on_disconnect(request, primed(run.events()))
-        return event_stream(_stream(run, events, body.include_usage))
+        return event_stream(_stream(run, events, body.include_usage, body.logprobs is not None))
     outcome = await cancel_on_disconnect(request, run.collect())
+    texts = state.tokenizer.token_texts
+
+    def logprobs(index: int) -> CompletionLogprobs | None:
+        if body.logprobs is None:
+            return None
+        entries = outcome.logprobs(index)
+        return completion_logprobs(texts, [e for e, _ in entries], [offset for _, offset in entries])
+
     response = Completion(
         id=run.id,
         created=run.created,
         model=run.model,
         choices=[
             CompletionChoice(
-                index=job.index, text=outcome.text(job.index), finish_reason=outcome.finish_reason(job.index)
+                index=job.index,
+                text=outcome.text(job.index),
+                logprobs=logprobs(job.index),
+                finish_reason=outcome.finish_reason(job.index),
             )
             for job in run.jobs
         ],
@@ -55,8 +67,11 @@ def _tokenize(tokenizer: PromptTokenizer, prompts: list[str | list[int]]) -> lis
 
 
 async def _stream(
-    run: GenerationRun, events: AsyncGenerator[Event, None], include_usage: bool
+    run: GenerationRun, events: AsyncGenerator[Event, None], include_usage: bool, logprobs: bool
 ) -> AsyncIterator[bytes]:
+    texts = run.state.tokenizer.token_texts
+    sent = [0] * len(run.jobs)  # characters sent per choice: where the next delta's text starts
+
     def chunk(choice: CompletionChoice, meta: MetaInfo | None = None) -> bytes:
         return sse_chunk(
             Completion(id=run.id, created=run.created, model=run.model, choices=[choice], meta_info=meta)
@@ -65,7 +80,12 @@ async def _stream(
     try:
         async for event in events:
             if isinstance(event, TextDelta):
-                yield chunk(CompletionChoice(index=event.index, text=event.text))
+                start = sent[event.index]
+                sent[event.index] += len(event.text)
+                lp = None
+                if logprobs:
+                    lp = completion_logprobs(texts, event.logprobs, [start] * len(event.logprobs))
+                yield chunk(CompletionChoice(index=event.index, text=event.text, logprobs=lp))
             else:
                 choice = CompletionChoice(index=event.index, text="", finish_reason=event.finish_reason)
                 yield chunk(choice, meta_info(event.spec))

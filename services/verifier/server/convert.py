@@ -7,6 +7,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
+from treespec.kernels.logprobs import TokenLogprobs
 from treespec.v1 import verifier_pb2 as pb
 from treespec.verifier.engine import Engine
 from treespec.verifier.request import (
@@ -60,6 +61,7 @@ def sampling_params(msg: pb.SamplingParams) -> SamplingParams:
         max_new_tokens=_get(msg, "max_new_tokens", d.max_new_tokens),
         stop_token_ids=tuple(msg.stop_token_ids),
         ignore_eos=msg.ignore_eos,
+        logprobs=_get(msg, "logprobs", d.logprobs),
     )
 
 
@@ -92,8 +94,14 @@ def generate_chunk(
     finish_reason: FinishReason | None = None,
     usage: pb.Usage | None = None,
     stats: SpecStats | None = None,
+    logprobs: TokenLogprobs | None = None,
 ) -> pb.GenerateChunk:
     chunk = pb.GenerateChunk(token_ids=token_ids)
+    if logprobs is not None:
+        chunk.logprobs.extend(
+            pb.TokenLogprob(logprob=lp, top_token_ids=ids, top_logprobs=top)
+            for lp, ids, top in zip(logprobs.chosen, logprobs.top_ids, logprobs.top_logprobs, strict=True)
+        )
     if finish_reason is not None:
         chunk.finish_reason = FINISH_REASONS[finish_reason]
     if usage is not None:

@@ -43,13 +43,15 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                 async for output in stream:
                     if not output.finished:
                         if output.token_ids:
-                            yield convert.generate_chunk(output.token_ids)
+                            yield convert.generate_chunk(output.token_ids, logprobs=output.logprobs)
                         continue
                     spans.describe_result(span, output, stream.num_output_tokens)
                     usage = pb.Usage(
                         prompt_tokens=output.num_prompt_tokens, completion_tokens=stream.num_output_tokens
                     )
-                    yield convert.generate_chunk(output.token_ids, output.finish_reason, usage, output.stats)
+                    yield convert.generate_chunk(
+                        output.token_ids, output.finish_reason, usage, output.stats, output.logprobs
+                    )
 
     async def GetModelInfo(
         self, request: pb.GetModelInfoRequest, context: grpc.aio.ServicerContext

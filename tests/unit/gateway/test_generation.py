@@ -138,3 +138,41 @@ def test_leaving_a_merge_early_closes_every_source() -> None:
         return closed
 
     assert sorted(asyncio.run(run())) == [0, 1000]
+
+
+def _entry(token: int) -> pb.TokenLogprob:
+    return pb.TokenLogprob(logprob=-0.5 - token / 1000, top_token_ids=[token], top_logprobs=[-0.5])
+
+
+def test_logprobs_ride_with_the_text_their_tokens_complete(tokenizer: Tokenizer) -> None:
+    """A character split over byte tokens, an EOS that adds no text (and no entry), and tokens held
+    back by a partial stop string: every other token's entry comes once, in order."""
+    ids = _ids(tokenizer, "a世b")
+    assert len(ids) > 3  # 世 takes more than one byte token
+    tokens = [*ids, EOS]
+    chunks = [
+        pb.GenerateChunk(token_ids=tokens[:2], logprobs=[_entry(t) for t in tokens[:2]]),
+        pb.GenerateChunk(
+            token_ids=tokens[2:],
+            logprobs=[_entry(t) for t in tokens[2:]],
+            finish_reason=pb.FINISH_REASON_STOP,
+        ),
+    ]
+    events = asyncio.run(_run(tokenizer, ScriptedVerifier(chunks), _job(stops=("bz",))))
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    assert "".join(d.text for d in deltas) == "a世b"
+    got = [entry for d in deltas for entry in d.logprobs]
+    assert [e.token_id for e in got] == ids
+    assert [e.logprob for e in got] == pytest.approx([-0.5 - t / 1000 for t in ids])
+    assert all(e.top == ((e.token_id, -0.5),) for e in got)
+    assert deltas[-1].text == "b" and deltas[-1].logprobs[-1].token_id == ids[-1]  # held, then flushed
+
+
+def test_a_stop_string_sends_the_entries_of_the_text_it_cut(tokenizer: Tokenizer) -> None:
+    ids = _ids(tokenizer, "x STOP y")
+    chunks = [pb.GenerateChunk(token_ids=ids, logprobs=[_entry(t) for t in ids])]
+    events = asyncio.run(_run(tokenizer, ScriptedVerifier(chunks), _job(stops=("STOP",))))
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    assert "".join(d.text for d in deltas) == "x "
+    sent = [entry.token_id for d in deltas for entry in d.logprobs]
+    assert sent == ids[: len(sent)] and tokenizer.decode(sent).startswith("x STOP")

@@ -6,7 +6,7 @@ import pytest
 
 from treespec.gateway.errors import APIError
 from treespec.gateway.sampling import check_prompt, choice_jobs, derive_seed
-from treespec.gateway.schemas import CompletionRequest
+from treespec.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from treespec.gateway.verifier_client import ModelInfo, channel_target
 
 INFO = ModelInfo("m", vocab_size=100, context_length=50, eos_token_ids=(2,), speculative_algorithm="")
@@ -40,6 +40,29 @@ def test_choices_of_a_batch() -> None:
     assert sampling.temperature == 0.5 and sampling.top_k == 3 and list(sampling.stop_token_ids) == [9]
     assert not sampling.HasField("top_p")  # absent: the verifier's default
     assert not jobs[0].request.speculation.HasField("enabled")
+
+
+@pytest.mark.parametrize(
+    ("fields", "want"),
+    [
+        ({}, None),
+        ({"logprobs": False}, None),
+        ({"logprobs": True}, 0),
+        ({"logprobs": True, "top_logprobs": 5}, 5),
+    ],
+)
+def test_chat_logprobs_reach_the_verifier(fields: dict[str, object], want: int | None) -> None:
+    messages = [{"role": "user", "content": "x"}]
+    body = ChatCompletionRequest.model_validate({"model": "m", "messages": messages, **fields})
+    (job,) = choice_jobs(body, [[1, 2]], 4, INFO, "chatcmpl-x")
+    sampling = job.request.sampling
+    assert (sampling.logprobs if sampling.HasField("logprobs") else None) == want
+
+
+def test_completion_logprobs_reach_the_verifier() -> None:
+    body = CompletionRequest.model_validate({"model": "m", "prompt": "x", "logprobs": 0})
+    (job,) = choice_jobs(body, [[1, 2]], 4, INFO, "cmpl-x")
+    assert job.request.sampling.HasField("logprobs") and job.request.sampling.logprobs == 0
 
 
 def test_no_limit_means_the_rest_of_the_context_and_ignore_eos_keeps_eos() -> None:

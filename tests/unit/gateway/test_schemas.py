@@ -83,8 +83,9 @@ def test_content_parts_and_developer_role() -> None:
         ({"stop": 7}, "invalid_value", "stop"),
         ({"presence_penalty": 0.5}, "unsupported_parameter", "presence_penalty"),
         ({"logit_bias": {"5": 1}}, "unsupported_parameter", "logit_bias"),
-        ({"logprobs": True}, "unsupported_parameter", "logprobs"),
-        ({"top_logprobs": 3}, "unsupported_parameter", "top_logprobs"),
+        ({"top_logprobs": 3}, "invalid_value", None),  # without logprobs: true
+        ({"logprobs": True, "top_logprobs": 21}, "invalid_value", "top_logprobs"),
+        ({"logprobs": True, "top_logprobs": -1}, "invalid_value", "top_logprobs"),
         ({"tools": [{"type": "function"}]}, "unsupported_parameter", "tools"),
         ({"response_format": {"type": "json_object"}}, "unsupported_parameter", "response_format"),
         # An unimplemented field's "off" value of the wrong type is a mistake, not "off".
@@ -142,7 +143,7 @@ def test_completion_prompt_forms(prompt: Any, expected: list[Any]) -> None:
         ({"prompt": ["x"] * 17}, "invalid_value"),
         ({"prompt": ["x"] * 5, "n": 8}, "invalid_value"),
         ({"prompt": "x", "echo": True}, "unsupported_parameter"),
-        ({"prompt": "x", "logprobs": 2}, "unsupported_parameter"),
+        ({"prompt": "x", "logprobs": 21}, "invalid_value"),
         ({"prompt": "x", "suffix": "y"}, "unsupported_parameter"),
         ({"prompt": "x", "best_of": 2}, "unsupported_parameter"),
         ({"prompt": "x", "echo": 0}, "invalid_value"),

@@ -1,0 +1,100 @@
+"""Log-probabilities through the OpenAI API (`logprobs`, `top_logprobs`; completions' `logprobs`): the
+target's own figures (checked against HF transformers), streamed or whole, with a speculating verifier
+(random drafts) behind the gateway."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import openai
+import pytest
+import torch
+import transformers
+
+from tests.services.gateway_stack import HI, MODEL
+from treespec.gateway.tokenizer import PromptTokenizer
+
+pytestmark = pytest.mark.slow
+
+NEW = 8
+
+
+def _hf_greedy(model_path: Path, prompt: list[int], n: int) -> tuple[list[int], torch.Tensor]:
+    """HF's greedy continuation and the log-softmax rows its tokens came from."""
+    hf = transformers.AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(n):
+            ids.append(int(hf(torch.tensor([ids])).logits[0, -1].argmax()))
+        logits = hf(torch.tensor([ids])).logits[0, len(prompt) - 1 : -1]
+    return ids[len(prompt) :], torch.log_softmax(logits.float(), dim=-1)
+
+
+def test_chat_logprobs_are_the_models(
+    client: openai.OpenAI, tokenizer: PromptTokenizer, model_path: Path
+) -> None:
+    reply = client.chat.completions.create(
+        model=MODEL,
+        messages=HI,
+        max_tokens=NEW,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=3,
+        extra_body={"ignore_eos": True},
+    )
+    choice = reply.choices[0]
+    assert choice.logprobs is not None and choice.logprobs.content is not None
+    content = choice.logprobs.content
+    tokens, want = _hf_greedy(
+        model_path, tokenizer.chat_prompt([{"role": "user", "content": "Say hello."}]), NEW
+    )
+    assert len(content) == NEW
+    assert b"".join(bytes(t.bytes or []) for t in content) == tokenizer.decode(tokens).encode()
+    assert choice.message.content == tokenizer.decode(tokens)
+    for entry, token, row in zip(content, tokens, want, strict=True):
+        assert entry.logprob == pytest.approx(float(row[token]), abs=2e-3)
+        top = row.topk(3)
+        assert [t.logprob for t in entry.top_logprobs] == pytest.approx(top.values.tolist(), abs=2e-3)
+        assert entry.top_logprobs[0].token == entry.token  # greedy: the most likely token
+
+
+def test_streamed_logprobs_equal_the_whole_reply(client: openai.OpenAI) -> None:
+    fields = {"max_tokens": NEW, "temperature": 0, "logprobs": True, "top_logprobs": 2}
+    whole = client.chat.completions.create(model=MODEL, messages=HI, **fields)  # type: ignore[call-overload]
+    stream = client.chat.completions.create(model=MODEL, messages=HI, stream=True, **fields)  # type: ignore[call-overload]
+    streamed, text = [], ""
+    for chunk in stream:
+        for choice in chunk.choices:
+            text += choice.delta.content or ""
+            if choice.logprobs is not None and choice.logprobs.content:
+                streamed += choice.logprobs.content
+    assert whole.choices[0].logprobs is not None
+    assert [(t.token, t.bytes) for t in streamed] == [
+        (t.token, t.bytes) for t in whole.choices[0].logprobs.content or []
+    ]
+    assert text == whole.choices[0].message.content
+    assert all(len(t.top_logprobs) == 2 for t in streamed)
+
+
+def test_no_logprobs_unless_asked(client: openai.OpenAI) -> None:
+    reply = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=3, temperature=0)
+    assert reply.choices[0].logprobs is None
+    reply = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=3, logprobs=True)
+    content = reply.choices[0].logprobs.content if reply.choices[0].logprobs else None
+    assert content and all(t.top_logprobs == [] for t in content)  # sampled: any token, its own figure
+
+
+def test_completion_logprobs_and_offsets_with_a_stop_string(client: openai.OpenAI) -> None:
+    reply = client.completions.create(
+        model=MODEL, prompt="Count: 1, 2, 3,", max_tokens=16, temperature=0, logprobs=2, stop=[" 6"]
+    )
+    choice = reply.choices[0]
+    lp = choice.logprobs
+    assert choice.finish_reason == "stop" and lp is not None
+    assert lp.tokens is not None and lp.token_logprobs is not None and lp.top_logprobs is not None
+    assert lp.text_offset is not None and len(lp.tokens) == len(lp.token_logprobs) == len(lp.text_offset)
+    # The tokens spell the text, then the stop string it was cut before; each sits at its offset.
+    spelled = "".join(lp.tokens)
+    assert spelled.startswith(choice.text) and spelled[len(choice.text) :].strip() == "6"
+    assert lp.text_offset == [len("".join(lp.tokens[:k])) for k in range(len(lp.tokens))]
+    assert all(len(top) <= 2 and max(top.values()) <= 0.0 for top in lp.top_logprobs)
