@@ -18,7 +18,7 @@ from treespec.v1 import drafter_pb2
 from treespec.verifier.draft_round import PendingRound
 from treespec.verifier.drafter_link import Backoff, ReplicaLink
 from treespec.verifier.drafter_targets import DrafterTargets
-from treespec.verifier.replica_pace import PacePolicy, ReplicaPace
+from treespec.verifier.replica_pace import Ask, PacePolicy, ReplicaPace
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +46,8 @@ class RemoteDrafter(Drafter):
     replica's stream breaks, its requests are reopened on the others from their full history, and
     the replica is reconnected in the background, to take new requests once it is back. A replica
     that stays up but keeps missing the deadline is not waited on (`pace`, see replica_pace.py): its
-    requests move to a replica that keeps pace, or else decode plainly, and it is asked again now and
-    then until it answers in time.
+    requests move to a replica that keeps pace, or else decode plainly, and it gets probe rounds, not
+    waited on, until it answers one in time.
 
     `features`: for co-located replicas that read the target's features (EAGLE), the ring they
     asked the verifier for; the engine publishes into it and each Advance carries the slots.
@@ -196,8 +196,10 @@ class RemoteDrafter(Drafter):
     def link_reply(self, link: ReplicaLink, reply: drafter_pb2.DraftReply) -> None:
         with self._lock:
             accepted = self._pending is not None and self._pending.accept(link, reply)
+            if not accepted:
+                self._pace.replied(link, reply.round, self.deadline_s, link.address)
         if not accepted:
-            log.debug("dropping a late reply (round %d) from %s", reply.round, link.address)
+            log.debug("dropping a late or probe reply (round %d) from %s", reply.round, link.address)
 
     # ---- internals ---------------------------------------------------------------------------------
 
@@ -208,16 +210,23 @@ class RemoteDrafter(Drafter):
                 track = self._tracks.get(query.request_id)
                 if track is not None and track.link is not None:
                     grouped.setdefault(track.link, []).append(query)
-            # A lagging replica with no probe due is not asked: its requests get no tree.
-            by_link = {link: asked for link, asked in grouped.items() if self._pace.asks(link)}
-            if not by_link:
+            # A lagging replica's requests get no tree: it is probed (asked, not waited on) or skipped.
+            asks = {link: self._pace.ask(link) for link in grouped}
+            probed = [link for link in grouped if asks[link] is Ask.PROBE]
+            waited = {link: asked for link, asked in grouped.items() if asks[link] is Ask.WAIT}
+            if not probed and not waited:
                 return None
             number = next(self._rounds)
+            for link in probed:
+                link.send(_propose_message(number, grouped[link]))
+                self._pace.probe_sent(link, number)
+            if not waited:
+                return None
             owed: dict[Hashable, set[str]] = {
-                link: {q.request_id for q in asked} for link, asked in by_link.items()
+                link: {q.request_id for q in asked} for link, asked in waited.items()
             }
             self._pending = PendingRound(number, owed)
-            for link, asked in by_link.items():
+            for link, asked in waited.items():
                 link.send(_propose_message(number, asked))
             return self._pending
 
