@@ -49,7 +49,7 @@ class TokenLogprob:
     """An output token's log-probability under the model, and the most likely tokens' (best first)."""
 
     token_id: int
-    logprob: float
+    logprob: float | None  # None: the prompt's first token (no context to predict it from)
     top: tuple[tuple[int, float], ...]
 
     @classmethod
@@ -83,6 +83,7 @@ class ChoiceJob:
     request: verifier_pb2.GenerateRequest
     stop_strings: tuple[str, ...]
     end_token_ids: frozenset[int]  # tokens that end the generation without adding text
+    echo: str | None = None  # the prompt's text, sent first (completions' `echo`)
 
 
 class ChunkSource(Protocol):
@@ -101,8 +102,12 @@ async def run_choice(
     stops = StopStringMatcher(job.stop_strings)
     count = 0
     pending: list[TokenLogprob] = []  # tokens whose text has not been sent yet
+    echo = job.echo
     async with aclosing(client.generate(job.request, trace_context)) as chunks:
         async for chunk in chunks:
+            if echo is not None:
+                yield TextDelta(job.index, echo, _prompt_entries(job.request, chunk))
+                echo = None
             entries = chunk.logprobs if len(chunk.logprobs) == len(chunk.token_ids) else None
             for j, token in enumerate(chunk.token_ids):
                 count += 1
@@ -124,6 +129,17 @@ async def run_choice(
                 yield _choice_end(job.index, chunk, count)
                 return
     raise verifier_unavailable("the generation stream ended without a finish reason")
+
+
+def _prompt_entries(
+    request: verifier_pb2.GenerateRequest, chunk: verifier_pb2.GenerateChunk
+) -> tuple[TokenLogprob, ...]:
+    """The echoed prompt's log-probabilities, when asked for: none for its first token."""
+    if not request.sampling.HasField("prompt_logprobs"):
+        return ()
+    ids = request.prompt_token_ids
+    rest = [TokenLogprob.from_proto(t, e) for t, e in zip(ids[1:], chunk.prompt_logprobs, strict=False)]
+    return (TokenLogprob(ids[0], None, ()), *rest)
 
 
 def _choice_end(index: int, chunk: verifier_pb2.GenerateChunk, count: int) -> ChoiceEnd:

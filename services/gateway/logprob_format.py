@@ -16,10 +16,13 @@ def _value(logprob: float) -> float:
     return max(logprob, FLOOR)
 
 
-def _top(texts: TokenTexts, token_id: int, logprob: float) -> TopLogprob:
-    return TopLogprob(
-        token=texts.text_of(token_id), logprob=_value(logprob), bytes=list(texts.bytes_of(token_id))
-    )
+def _maybe(logprob: float | None) -> float | None:
+    return None if logprob is None else _value(logprob)
+
+
+def _top(texts: TokenTexts, token_id: int, logprob: float | None) -> TopLogprob:
+    value = FLOOR if logprob is None else _value(logprob)  # chat has no prompt tokens: never None
+    return TopLogprob(token=texts.text_of(token_id), logprob=value, bytes=list(texts.bytes_of(token_id)))
 
 
 def chat_logprobs(texts: TokenTexts, entries: Sequence[TokenLogprob]) -> ChatLogprobs:
@@ -43,7 +46,9 @@ def completion_logprobs(
         offsets.append(offsets[-1] + len(tokens[k - 1]) if same_delta else start)
     return CompletionLogprobs(
         tokens=tokens,
-        token_logprobs=[_value(e.logprob) for e in entries],
-        top_logprobs=[{texts.text_of(t): _value(lp) for t, lp in e.top} for e in entries],
+        token_logprobs=[_maybe(e.logprob) for e in entries],
+        top_logprobs=[
+            None if e.logprob is None else {texts.text_of(t): _value(lp) for t, lp in e.top} for e in entries
+        ],
         text_offset=offsets,
     )

@@ -36,6 +36,7 @@ class GenerationRun:
         token_limit: int | None,
         operation: str,
         id_prefix: str,
+        echoes: Sequence[str] | None = None,
     ) -> GenerationRun:
         """Check the prompts against the model (context length, vocabulary), plan the choices.
         Nothing is sent to the verifier until `events` is iterated."""
@@ -43,7 +44,7 @@ class GenerationRun:
         for prompt_ids in prompts:
             check_prompt(prompt_ids, info, "messages" if operation == "chat" else "prompt")
         response_id = f"{id_prefix}-{uuid.uuid4().hex}"
-        jobs = choice_jobs(body, prompts, token_limit, info, response_id)
+        jobs = choice_jobs(body, prompts, token_limit, info, response_id, echoes)
         outcome = Outcome(len(jobs), sum(len(p) for p in prompts))
         observation = Observation(state.metrics, state.tracer, operation, body, token_limit, response_id)
         return cls(response_id, int(time.time()), body.model, jobs, outcome, observation, state)

@@ -42,8 +42,10 @@ def choice_jobs(
     token_limit: int | None,
     info: ModelInfo,
     request_id: str,
+    echoes: Sequence[str] | None = None,
 ) -> list[ChoiceJob]:
-    """`n` jobs per prompt, indexed prompt by prompt (OpenAI's order for batched prompts)."""
+    """`n` jobs per prompt, indexed prompt by prompt (OpenAI's order for batched prompts); `echoes`:
+    each prompt's text, to send before its completions (completions' `echo`)."""
     end_ids = frozenset(body.stop_token_ids or ()) | (
         frozenset() if body.ignore_eos else frozenset(info.eos_token_ids)
     )
@@ -58,7 +60,8 @@ def choice_jobs(
                 sampling=sampling_params(body, max_new, index),
                 speculation=speculation_params(body),
             )
-            jobs.append(ChoiceJob(index, request, body.stop_strings, end_ids))
+            echo = None if echoes is None else echoes[p]
+            jobs.append(ChoiceJob(index, request, body.stop_strings, end_ids, echo))
     return jobs
 
 
@@ -78,6 +81,8 @@ def sampling_params(body: SamplingFields, max_new_tokens: int, index: int) -> ve
         params.seed = derive_seed(body.seed, index)
     if body.logprob_count is not None:
         params.logprobs = body.logprob_count
+    if body.prompt_logprob_count is not None:
+        params.prompt_logprobs = body.prompt_logprob_count
     return params
 
 

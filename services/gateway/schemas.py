@@ -1,7 +1,7 @@
 """OpenAI request bodies for /v1/chat/completions and /v1/completions (pydantic v2, strict).
 
 Unknown fields are refused (OpenAI: "Unrecognized request argument supplied"); fields that OpenAI
-knows but treespec does not implement (tools, penalties, echo, ...) are accepted only at their
+knows but treespec does not implement (tools, penalties, ...) are accepted only at their
 neutral value, else refused as unsupported. Extensions after vLLM and SGLang: top_k, min_p,
 ignore_eos, stop_token_ids, and a per-request `speculation` object. A null stands for the field's
 default, as in OpenAI; text with a lone surrogate (valid JSON, not valid Unicode) is refused.
@@ -135,6 +135,11 @@ class SamplingFields(BaseModel):
         return None
 
     @property
+    def prompt_logprob_count(self) -> int | None:
+        """The same for the prompt's tokens (completions' `echo` with `logprobs`)."""
+        return None
+
+    @property
     def stop_strings(self) -> tuple[str, ...]:
         stops = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
         return tuple(s for s in stops if s)
@@ -258,15 +263,19 @@ class CompletionRequest(SamplingFields):
     prompt: Prompt
     best_of: int | None = Field(default=None, ge=1, le=MAX_N)
     logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+    echo: bool | None = None  # the prompt before the completion (with its tokens' logprobs when asked)
     # Not implemented: of OpenAI's types, and accepted at their neutral value only.
-    echo: bool | None = None
     suffix: str | None = None
 
-    _check_completion_unsupported = field_validator("echo", "suffix")(_unsupported)
+    _check_completion_unsupported = field_validator("suffix")(_unsupported)
 
     @property
     def logprob_count(self) -> int | None:
         return self.logprobs
+
+    @property
+    def prompt_logprob_count(self) -> int | None:
+        return self.logprobs if self.echo else None
 
     @field_validator("prompt")
     @classmethod

@@ -14,7 +14,7 @@ from treespec.shared.drafting.drafter import Drafter
 from treespec.shared.drafting.features import FeatureSlots
 from treespec.shared.model.kv_cache import KVCache
 from treespec.verifier.feature_publisher import FeaturePublisher
-from treespec.verifier.forward_stage import ForwardResult
+from treespec.verifier.forward_stage import ForwardItem, ForwardResult
 from treespec.verifier.request import FinishReason, RequestOutput
 from treespec.verifier.state import RequestState
 from treespec.verifier.stats import SpecStats
@@ -53,6 +53,9 @@ class CommitStage:
     def run(self, result: ForwardResult, verdicts: list[Verdict]) -> list[RequestOutput]:
         features = self._publish(result, verdicts)
         self._compact(verdicts)
+        for item in result.items:
+            if item.prompt_rows:
+                _read_prompt_logprobs(item, result)
         for item in result.items:
             if item.tree is None:  # a prefill chunk that leaves more prompt for later steps
                 item.state.kv_len += item.num_new
@@ -110,6 +113,7 @@ class CommitStage:
             num_prompt_tokens=state.num_prompt,
             stats=state.stats if finish is not None else None,
             logprobs=_logprobs(verdict, emitted, result),
+            prompt_logprobs=_take_prompt_logprobs(state),
         )
 
     def _tell_drafter(self, request_id: str, tokens: list[int], features: FeatureSlots | None) -> None:
@@ -128,3 +132,22 @@ def _logprobs(verdict: Verdict, emitted: list[int], result: ForwardResult) -> To
     path = torch.tensor(verdict.acceptance.path[: len(emitted)], dtype=torch.long)
     rows = (path + verdict.item.logits_start).to(result.logits.device)
     return token_logprobs(result.logits[rows], torch.tensor(emitted, dtype=torch.long), k)
+
+
+def _read_prompt_logprobs(item: ForwardItem, result: ForwardResult) -> None:
+    state = item.state
+    k = state.request.sampling.prompt_logprobs
+    assert k is not None
+    start, count = item.prompt_logits_start, item.prompt_rows
+    rows = torch.arange(start, start + count, device=result.logits.device)
+    targets = torch.tensor(state.tokens[item.prompt_target : item.prompt_target + count], dtype=torch.long)
+    state.prompt_logprobs.append(token_logprobs(result.logits[rows], targets, k))
+    state.prompt_logprobs_upto = item.prompt_target + count
+
+
+def _take_prompt_logprobs(state: RequestState) -> TokenLogprobs | None:
+    """The prompt's log-probabilities, once: with the request's first output."""
+    if not state.prompt_logprobs or state.prompt_logprobs_upto < state.num_prompt:
+        return None
+    parts, state.prompt_logprobs = state.prompt_logprobs, []
+    return TokenLogprobs.join(parts)

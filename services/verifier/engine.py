@@ -56,6 +56,7 @@ class GenerationResult:
     finish_reason: FinishReason
     stats: SpecStats
     logprobs: TokenLogprobs | None = None  # when the request asked for them
+    prompt_logprobs: TokenLogprobs | None = None  # the prompt's, from its second token on
 
 
 class Engine:
@@ -153,6 +154,7 @@ class Engine:
         """Run requests to completion (tests, benchmarks, the embedded mode)."""
         tokens: dict[str, list[int]] = {}
         logprobs: dict[str, list[TokenLogprobs]] = {}
+        prompt_logprobs: dict[str, TokenLogprobs] = {}
         for r in requests:
             self.add_request(r)
             tokens[r.request_id] = []
@@ -163,6 +165,8 @@ class Engine:
                 tokens[out.request_id].extend(out.token_ids)
                 if out.logprobs is not None:
                     logprobs[out.request_id].append(out.logprobs)
+                if out.prompt_logprobs is not None:
+                    prompt_logprobs[out.request_id] = out.prompt_logprobs
                 if out.finish_reason is not None:
                     stats = out.stats or SpecStats()
                     parts = logprobs[out.request_id]
@@ -171,6 +175,7 @@ class Engine:
                         out.finish_reason,
                         stats,
                         TokenLogprobs.join(parts) if parts else None,
+                        prompt_logprobs.get(out.request_id),
                     )
         return results
 

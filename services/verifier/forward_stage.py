@@ -31,6 +31,14 @@ class ForwardItem:
     kv_slots: torch.Tensor  # [kv_len + num_new] long: flat slot of each logical position
     tree_depth: int = 0  # depth of the deepest drafted node (0: no draft)
     token_start: int = 0  # first row of this item's tokens in the forward
+    # Prompt log-probabilities: the chunk's rows that predict prompt tokens not yet read, as the
+    # first prompt position they predict and how many; their logits rows come right before the tree's.
+    prompt_target: int = 0
+    prompt_rows: int = 0
+
+    @property
+    def prompt_logits_start(self) -> int:
+        return self.logits_start - self.prompt_rows
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,10 @@ class ForwardStage:
         rows: list[torch.Tensor] = []
         num_tokens = num_rows = 0
         for item, layout, new_ids in self._prefills(batch) + self._decodes(batch, trees):
+            if item.prompt_rows:  # rows of positions prompt_target - 1 ...
+                first = num_tokens + (item.prompt_target - 1 - item.state.kv_len)
+                rows.append(torch.arange(first, first + item.prompt_rows))
+                num_rows += item.prompt_rows
             items.append(dataclasses.replace(item, logits_start=num_rows, token_start=num_tokens))
             layouts.append(layout)
             ids.append(new_ids)
@@ -94,7 +106,8 @@ class ForwardStage:
             tree = TokenTree.root_only(s.tokens[-1]) if work.completes_prompt else None
             slots = slots_of(s.blocks, s.kv_len + work.length, self.cache.block_size)
             positions = torch.arange(s.kv_len, s.kv_len + work.length)
-            item = ForwardItem(s, work.length, tree, False, 0, slots)
+            target, count = _prompt_rows(s, work.length)
+            item = ForwardItem(s, work.length, tree, False, 0, slots, prompt_target=target, prompt_rows=count)
             parts.append((item, SequenceLayout(s.kv_len, slots, positions), new))
         return parts
 
@@ -111,3 +124,13 @@ class ForwardStage:
             layout = SequenceLayout(s.kv_len, slots, s.kv_len + depths, tree.parents if n > 1 else None)
             parts.append((item, layout, tree.tokens))
         return parts
+
+
+def _prompt_rows(state: RequestState, length: int) -> tuple[int, int]:
+    """The prompt positions whose tokens this chunk's rows predict (the row of position i predicts
+    token i + 1) and that still need their log-probability: (first position, count)."""
+    if state.request.sampling.prompt_logprobs is None:
+        return 0, 0
+    first = max(state.prompt_logprobs_upto, state.kv_len + 1)
+    end = min(state.kv_len + length + 1, state.num_prompt)  # targets < end: predicted by this chunk
+    return first, max(0, end - first)

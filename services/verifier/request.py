@@ -32,6 +32,8 @@ class SamplingParams:
     # Return each output token's log-probability and this many most likely alternatives (0..20);
     # None: no log-probabilities.
     logprobs: int | None = None
+    # The same for the prompt's tokens (from the second on: the first has no context); None: none.
+    prompt_logprobs: int | None = None
 
     @property
     def greedy(self) -> bool:
@@ -47,6 +49,10 @@ class SamplingParams:
             (
                 self.logprobs is None or 0 <= self.logprobs <= MAX_TOP_LOGPROBS,
                 f"logprobs must be in [0, {MAX_TOP_LOGPROBS}]",
+            ),
+            (
+                self.prompt_logprobs is None or 0 <= self.prompt_logprobs <= MAX_TOP_LOGPROBS,
+                f"prompt_logprobs must be in [0, {MAX_TOP_LOGPROBS}]",
             ),
         ]
         for ok, message in checks:
@@ -113,6 +119,8 @@ class RequestOutput:
     num_prompt_tokens: int = 0
     stats: SpecStats | None = None  # on the finishing output
     logprobs: TokenLogprobs | None = None  # one row per token id, when the request asked for them
+    # On the request's first output, when asked for: one row per prompt token from the second on.
+    prompt_logprobs: TokenLogprobs | None = None
 
     @property
     def finished(self) -> bool:

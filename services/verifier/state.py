@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from treespec.kernels.logprobs import TokenLogprobs
 from treespec.verifier.request import FinishReason, GenerationRequest, SpeculationParams
 from treespec.verifier.stats import SpecStats
 
@@ -33,6 +34,9 @@ class RequestState:
     finish_reason: FinishReason | None = None
     stats: SpecStats = field(default_factory=SpecStats)
     num_preemptions: int = 0
+    # Prompt log-probabilities read so far (when the request asked for them), until the first output.
+    prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)
+    prompt_logprobs_upto: int = 1  # the next prompt position whose token needs its log-probability
 
     @property
     def request_id(self) -> str:

@@ -104,7 +104,8 @@ DONE_CASES: dict[str, tuple[str, dict[str, Any], int]] = {
     "empty prompt": ("/v1/completions", {"json": completion_body(prompt="")}, 400),
     "empty prompt list": ("/v1/completions", {"json": completion_body(prompt=[])}, 400),
     "mixed prompt list": ("/v1/completions", {"json": completion_body(prompt=[1, "a"])}, 400),
-    "echo": ("/v1/completions", {"json": completion_body(echo=True)}, 400),
+    "suffix": ("/v1/completions", {"json": completion_body(suffix="end")}, 400),
+    "logprobs=21": ("/v1/completions", {"json": completion_body(logprobs=21)}, 400),
     "messages on completions": ("/v1/completions", {"json": completion_body(messages=HI)}, 400),
     "unknown URL": ("/v1/engines", {"json": {}}, 404),
 }

@@ -98,3 +98,39 @@ def test_completion_logprobs_and_offsets_with_a_stop_string(client: openai.OpenA
     assert spelled.startswith(choice.text) and spelled[len(choice.text) :].strip() == "6"
     assert lp.text_offset == [len("".join(lp.tokens[:k])) for k in range(len(lp.tokens))]
     assert all(len(top) <= 2 and max(top.values()) <= 0.0 for top in lp.top_logprobs)
+
+
+def test_echo_with_logprobs_scores_the_prompt(
+    client: openai.OpenAI, tokenizer: PromptTokenizer, model_path: Path
+) -> None:
+    """What lm-evaluation-harness asks for loglikelihood tasks: the prompt echoed with its tokens'
+    log-probabilities (none for the first), then one token."""
+    prompt = "The capital of France is"
+    reply = client.completions.create(
+        model=MODEL, prompt=prompt, max_tokens=1, temperature=0, logprobs=1, echo=True
+    )
+    choice = reply.choices[0]
+    lp = choice.logprobs
+    assert lp is not None and lp.tokens and lp.token_logprobs and lp.top_logprobs and lp.text_offset
+    ids = tokenizer.text_prompt(prompt)
+    assert choice.text.startswith(prompt) and len(choice.text) > len(prompt)
+    assert len(lp.tokens) == len(ids) + 1 and "".join(lp.tokens) == choice.text
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert lp.text_offset == [len("".join(lp.tokens[:k])) for k in range(len(lp.tokens))]
+    hf = transformers.AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    with torch.no_grad():
+        rows = torch.log_softmax(hf(torch.tensor([ids])).logits[0, :-1].float(), dim=-1)
+    expected = rows.gather(1, torch.tensor(ids[1:]).view(-1, 1)).squeeze(1).tolist()
+    assert lp.token_logprobs[1 : len(ids)] == pytest.approx(expected, abs=2e-3)
+    for top, row in zip(lp.top_logprobs[1 : len(ids)], rows, strict=True):
+        assert top is not None and list(top.values()) == pytest.approx([float(row.max())], abs=2e-3)
+
+
+def test_echo_without_logprobs_and_streamed(client: openai.OpenAI) -> None:
+    whole = client.completions.create(model=MODEL, prompt="Hello", max_tokens=3, temperature=0, echo=True)
+    assert whole.choices[0].text.startswith("Hello") and whole.choices[0].logprobs is None
+    stream = client.completions.create(
+        model=MODEL, prompt="Hello", max_tokens=3, temperature=0, echo=True, stream=True
+    )
+    texts = [chunk.choices[0].text for chunk in stream if chunk.choices]
+    assert texts[0] == "Hello" and "".join(texts) == whole.choices[0].text

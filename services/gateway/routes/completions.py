@@ -30,7 +30,8 @@ async def completions(
 ) -> Response:
     state.check_model(body.model)
     prompts = await asyncio.to_thread(_tokenize, state.tokenizer, body.prompts)
-    run = await GenerationRun.start(state, body, prompts, body.token_limit, "text_completion", "cmpl")
+    echoes = await asyncio.to_thread(_echoes, state.tokenizer, body.prompts) if body.echo else None
+    run = await GenerationRun.start(state, body, prompts, body.token_limit, "text_completion", "cmpl", echoes)
     if body.stream:
         events = await cancel_on_disconnect(request, primed(run.events()))
         return event_stream(_stream(run, events, body.include_usage, body.logprobs is not None))
@@ -64,6 +65,11 @@ async def completions(
 
 def _tokenize(tokenizer: PromptTokenizer, prompts: list[str | list[int]]) -> list[list[int]]:
     return [tokenizer.text_prompt(p) if isinstance(p, str) else p for p in prompts]
+
+
+def _echoes(tokenizer: PromptTokenizer, prompts: list[str | list[int]]) -> list[str]:
+    """The prompts as `echo` sends them back: text as given, token ids decoded."""
+    return [p if isinstance(p, str) else tokenizer.decode(p) for p in prompts]
 
 
 async def _stream(

@@ -62,6 +62,7 @@ def sampling_params(msg: pb.SamplingParams) -> SamplingParams:
         stop_token_ids=tuple(msg.stop_token_ids),
         ignore_eos=msg.ignore_eos,
         logprobs=_get(msg, "logprobs", d.logprobs),
+        prompt_logprobs=_get(msg, "prompt_logprobs", d.prompt_logprobs),
     )
 
 
@@ -95,13 +96,13 @@ def generate_chunk(
     usage: pb.Usage | None = None,
     stats: SpecStats | None = None,
     logprobs: TokenLogprobs | None = None,
+    prompt_logprobs: TokenLogprobs | None = None,
 ) -> pb.GenerateChunk:
     chunk = pb.GenerateChunk(token_ids=token_ids)
     if logprobs is not None:
-        chunk.logprobs.extend(
-            pb.TokenLogprob(logprob=lp, top_token_ids=ids, top_logprobs=top)
-            for lp, ids, top in zip(logprobs.chosen, logprobs.top_ids, logprobs.top_logprobs, strict=True)
-        )
+        chunk.logprobs.extend(token_logprob_messages(logprobs))
+    if prompt_logprobs is not None:
+        chunk.prompt_logprobs.extend(token_logprob_messages(prompt_logprobs))
     if finish_reason is not None:
         chunk.finish_reason = FINISH_REASONS[finish_reason]
     if usage is not None:
@@ -109,6 +110,13 @@ def generate_chunk(
     if stats is not None:
         chunk.speculation.CopyFrom(speculation_stats(stats))
     return chunk
+
+
+def token_logprob_messages(logprobs: TokenLogprobs) -> list[pb.TokenLogprob]:
+    return [
+        pb.TokenLogprob(logprob=lp, top_token_ids=ids, top_logprobs=top)
+        for lp, ids, top in zip(logprobs.chosen, logprobs.top_ids, logprobs.top_logprobs, strict=True)
+    ]
 
 
 def speculation_stats(stats: SpecStats) -> pb.SpeculationStats:

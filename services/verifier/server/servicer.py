@@ -42,15 +42,24 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
             async with await self._loop.submit(domain) as stream:
                 async for output in stream:
                     if not output.finished:
-                        if output.token_ids:
-                            yield convert.generate_chunk(output.token_ids, logprobs=output.logprobs)
+                        if output.token_ids or output.prompt_logprobs is not None:
+                            yield convert.generate_chunk(
+                                output.token_ids,
+                                logprobs=output.logprobs,
+                                prompt_logprobs=output.prompt_logprobs,
+                            )
                         continue
                     spans.describe_result(span, output, stream.num_output_tokens)
                     usage = pb.Usage(
                         prompt_tokens=output.num_prompt_tokens, completion_tokens=stream.num_output_tokens
                     )
                     yield convert.generate_chunk(
-                        output.token_ids, output.finish_reason, usage, output.stats, output.logprobs
+                        output.token_ids,
+                        output.finish_reason,
+                        usage,
+                        output.stats,
+                        output.logprobs,
+                        output.prompt_logprobs,
                     )
 
     async def GetModelInfo(

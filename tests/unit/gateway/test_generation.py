@@ -176,3 +176,26 @@ def test_a_stop_string_sends_the_entries_of_the_text_it_cut(tokenizer: Tokenizer
     assert "".join(d.text for d in deltas) == "x "
     sent = [entry.token_id for d in deltas for entry in d.logprobs]
     assert sent == ids[: len(sent)] and tokenizer.decode(sent).startswith("x STOP")
+
+
+def test_an_echo_comes_first_with_the_prompt_s_logprobs(tokenizer: Tokenizer) -> None:
+    prompt = _ids(tokenizer, "Say hi")
+    request = pb.GenerateRequest(
+        request_id="r", prompt_token_ids=prompt, sampling=pb.SamplingParams(prompt_logprobs=0, logprobs=0)
+    )
+    job = ChoiceJob(0, request, (), frozenset({EOS}), echo="Say hi")
+    out = _ids(tokenizer, " there")
+    chunks = [
+        pb.GenerateChunk(
+            token_ids=out,
+            logprobs=[_entry(t) for t in out],
+            prompt_logprobs=[_entry(t) for t in prompt[1:]],
+            finish_reason=pb.FINISH_REASON_LENGTH,
+        )
+    ]
+    events = asyncio.run(_run(tokenizer, ScriptedVerifier(chunks), job))
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    assert deltas[0].text == "Say hi" and "".join(d.text for d in deltas) == "Say hi there"
+    entries = [entry for d in deltas for entry in d.logprobs]
+    assert [e.token_id for e in entries] == prompt + out
+    assert entries[0].logprob is None and all(e.logprob is not None for e in entries[1:])

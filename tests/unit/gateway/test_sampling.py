@@ -63,6 +63,18 @@ def test_completion_logprobs_reach_the_verifier() -> None:
     body = CompletionRequest.model_validate({"model": "m", "prompt": "x", "logprobs": 0})
     (job,) = choice_jobs(body, [[1, 2]], 4, INFO, "cmpl-x")
     assert job.request.sampling.HasField("logprobs") and job.request.sampling.logprobs == 0
+    assert not job.request.sampling.HasField("prompt_logprobs") and job.echo is None
+
+
+@pytest.mark.parametrize(("logprobs", "want"), [(None, None), (3, 3)])
+def test_echo_asks_for_the_prompt_s_logprobs_with_logprobs(logprobs: int | None, want: int | None) -> None:
+    body = CompletionRequest.model_validate(
+        {"model": "m", "prompt": ["a", "b"], "echo": True, "logprobs": logprobs}
+    )
+    jobs = choice_jobs(body, [[1, 2], [3]], 4, INFO, "cmpl-x", ["a", "b"])
+    assert [job.echo for job in jobs] == ["a", "b"]
+    sampling = jobs[0].request.sampling
+    assert (sampling.prompt_logprobs if sampling.HasField("prompt_logprobs") else None) == want
 
 
 def test_no_limit_means_the_rest_of_the_context_and_ignore_eos_keeps_eos() -> None:

@@ -142,7 +142,6 @@ def test_completion_prompt_forms(prompt: Any, expected: list[Any]) -> None:
         ({"prompt": [-5]}, "invalid_value"),
         ({"prompt": ["x"] * 17}, "invalid_value"),
         ({"prompt": ["x"] * 5, "n": 8}, "invalid_value"),
-        ({"prompt": "x", "echo": True}, "unsupported_parameter"),
         ({"prompt": "x", "logprobs": 21}, "invalid_value"),
         ({"prompt": "x", "suffix": "y"}, "unsupported_parameter"),
         ({"prompt": "x", "best_of": 2}, "unsupported_parameter"),

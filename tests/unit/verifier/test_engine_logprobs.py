@@ -78,3 +78,53 @@ def test_none_by_default_and_zero_means_the_chosen_token_only(tiny_path: Path, t
 def test_out_of_range_is_refused(k: int) -> None:
     with pytest.raises(InvalidRequestError, match="logprobs"):
         SamplingParams(logprobs=k).validate()
+
+
+@pytest.mark.parametrize("chunk", [4, 512])
+def test_prompt_logprobs_over_chunked_prefill(tiny_path: Path, tiny_model: CausalLM, chunk: int) -> None:
+    config = EngineConfig(
+        model_path=tiny_path, page_size=4, max_total_tokens=2048, chunked_prefill_size=chunk
+    )
+    engine = Engine(config, RandomTreeDrafter(VOCAB, seed=5), tiny_model)
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=3, ignore_eos=True, prompt_logprobs=2)
+    requests = [GenerationRequest(f"r{i}", p, sampling) for i, p in enumerate(PROMPTS)]
+    results = engine.generate(requests)
+    for rid, result in results.items():
+        prompt = PROMPTS[int(rid[1:])]
+        lp = result.prompt_logprobs
+        assert lp is not None and len(lp.chosen) == len(prompt) - 1  # the first token has no context
+        assert result.logprobs is None  # not asked for the output's
+        want = _reference(tiny_path, prompt[:1], prompt[1:])
+        chosen = want.gather(1, torch.tensor(prompt[1:]).view(-1, 1)).squeeze(1)
+        assert torch.allclose(torch.tensor(lp.chosen), chosen, atol=1e-4)
+        assert torch.allclose(torch.tensor(lp.top_logprobs), want.topk(2, dim=-1).values, atol=1e-4)
+
+
+def test_a_one_token_prompt_has_no_prompt_logprobs(tiny_path: Path, tiny_model: CausalLM) -> None:
+    engine = Engine(EngineConfig(model_path=tiny_path, page_size=4, max_total_tokens=2048), None, tiny_model)
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=2, prompt_logprobs=0)
+    (result,) = engine.generate([GenerationRequest("r", [5], sampling)]).values()
+    assert result.prompt_logprobs is None and len(result.token_ids) == 2
+
+
+def test_prompt_logprobs_come_once_through_preemption(tiny_path: Path, tiny_model: CausalLM) -> None:
+    """A small pool under 12 requests preempts some; their recompute reads no prompt row twice."""
+    config = EngineConfig(model_path=tiny_path, page_size=4, max_total_tokens=96, chunked_prefill_size=8)
+    engine = Engine(config, RandomTreeDrafter(VOCAB, seed=1), tiny_model)
+    sampling = SamplingParams(
+        temperature=0.0, max_new_tokens=20, ignore_eos=True, prompt_logprobs=0, logprobs=0
+    )
+    prompts = {f"r{i}": PROMPTS[i % len(PROMPTS)] for i in range(12)}
+    for rid, prompt in prompts.items():
+        engine.add_request(GenerationRequest(rid, prompt, sampling))
+    seen: dict[str, int] = {}
+    preempted = 0
+    while engine.has_work():
+        for out in engine.step():
+            if out.prompt_logprobs is not None:
+                seen[out.request_id] = seen.get(out.request_id, 0) + 1
+                assert len(out.prompt_logprobs.chosen) == len(prompts[out.request_id]) - 1
+            assert out.logprobs is not None and len(out.logprobs.chosen) == len(out.token_ids)
+        preempted = max(preempted, sum(s.num_preemptions for s in engine._states.values()))
+    assert preempted > 0, "the pool was never short: the test does not exercise preemption"
+    assert seen == {rid: 1 for rid in prompts}
