@@ -69,20 +69,21 @@ def sampling_params(body: SamplingFields, max_new_tokens: int, index: int) -> ve
     params = verifier_pb2.SamplingParams(
         max_new_tokens=max_new_tokens, stop_token_ids=body.stop_token_ids or (), ignore_eos=body.ignore_eos
     )
-    if body.temperature is not None:
-        params.temperature = body.temperature
-    if body.top_p is not None:
-        params.top_p = body.top_p
-    if body.top_k is not None:
-        params.top_k = body.top_k
-    if body.min_p is not None:
-        params.min_p = body.min_p
-    if body.seed is not None:
-        params.seed = derive_seed(body.seed, index)
-    if body.logprob_count is not None:
-        params.logprobs = body.logprob_count
-    if body.prompt_logprob_count is not None:
-        params.prompt_logprobs = body.prompt_logprob_count
+    optional = {
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "top_k": body.top_k,
+        "min_p": body.min_p,
+        "presence_penalty": body.presence_penalty,
+        "frequency_penalty": body.frequency_penalty,
+        "repetition_penalty": body.repetition_penalty,
+        "seed": None if body.seed is None else derive_seed(body.seed, index),
+        "logprobs": body.logprob_count,
+        "prompt_logprobs": body.prompt_logprob_count,
+    }
+    for name, value in optional.items():
+        if value is not None:  # absent: the verifier's default
+            setattr(params, name, value)
     return params
 
 

@@ -1,10 +1,11 @@
 """OpenAI request bodies for /v1/chat/completions and /v1/completions (pydantic v2, strict).
 
 Unknown fields are refused (OpenAI: "Unrecognized request argument supplied"); fields that OpenAI
-knows but treespec does not implement (tools, penalties, ...) are accepted only at their
+knows but treespec does not implement (tools, logit_bias, ...) are accepted only at their
 neutral value, else refused as unsupported. Extensions after vLLM and SGLang: top_k, min_p,
-ignore_eos, stop_token_ids, and a per-request `speculation` object. A null stands for the field's
-default, as in OpenAI; text with a lone surrogate (valid JSON, not valid Unicode) is refused.
+repetition_penalty, ignore_eos, stop_token_ids, and a per-request `speculation` object. A null
+stands for the field's default, as in OpenAI; text with a lone surrogate (valid JSON, not valid
+Unicode) is refused.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ MAX_STOP_TOKEN_IDS = 64
 MAX_PROMPTS = 16  # prompts in one /v1/completions batch
 MAX_CHOICES = 32  # prompts x n: the Generate calls one request may open
 MAX_TOKENS_LIMIT = 2**31 - 1
+MAX_REPETITION_PENALTY = 100.0  # far past any use; keeps the value finite
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 TOKEN_ID_MAX = 2**32 - 1
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -113,12 +115,13 @@ class SamplingFields(BaseModel):
     ignore_eos: bool = False
     stop_token_ids: list[TokenId] | None = Field(default=None, max_length=MAX_STOP_TOKEN_IDS)
     speculation: SpeculationOptions | None = None
+    repetition_penalty: float | None = Field(default=None, gt=0.0, le=MAX_REPETITION_PENALTY)
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     # Known to OpenAI, not implemented: of OpenAI's types, and accepted at their neutral value only.
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
 
-    _check_unsupported = field_validator("presence_penalty", "frequency_penalty", "logit_bias")(_unsupported)
+    _check_unsupported = field_validator("logit_bias")(_unsupported)
     _defaults_for_null = field_validator("n", "stream", "ignore_eos", mode="before")(_null_is_default)
 
     @model_validator(mode="after")

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from treespec.kernels.logprobs import TokenLogprobs
+from treespec.kernels.penalties import Penalties
 from treespec.shared.drafting.token_tree import TreeBudget
 from treespec.shared.rpc.limits import MAX_TOP_LOGPROBS
 from treespec.verifier.stats import SpecStats
@@ -34,6 +35,14 @@ class SamplingParams:
     logprobs: int | None = None
     # The same for the prompt's tokens (from the second on: the first has no context); None: none.
     prompt_logprobs: int | None = None
+    # kernels/penalties.py: presence and frequency over the output, repetition over prompt and output.
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+
+    @property
+    def penalties(self) -> Penalties:
+        return Penalties(self.presence_penalty, self.frequency_penalty, self.repetition_penalty)
 
     @property
     def greedy(self) -> bool:
@@ -53,6 +62,12 @@ class SamplingParams:
             (
                 self.prompt_logprobs is None or 0 <= self.prompt_logprobs <= MAX_TOP_LOGPROBS,
                 f"prompt_logprobs must be in [0, {MAX_TOP_LOGPROBS}]",
+            ),
+            (-2.0 <= self.presence_penalty <= 2.0, "presence_penalty must be in [-2, 2]"),
+            (-2.0 <= self.frequency_penalty <= 2.0, "frequency_penalty must be in [-2, 2]"),
+            (
+                math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0,
+                "repetition_penalty must be > 0",
             ),
         ]
         for ok, message in checks:

@@ -9,6 +9,7 @@ import torch
 from treespec.kernels.acceptance import Acceptance, accept_greedy, accept_sampling
 from treespec.kernels.coupled_sampling import accept_coupled
 from treespec.kernels.logits_processing import probs_from_logits
+from treespec.kernels.penalties import penalize_tree_rows
 from treespec.shared.drafting.token_tree import TokenTree
 from treespec.verifier.forward_stage import ForwardItem, ForwardResult
 
@@ -29,7 +30,10 @@ def verify(result: ForwardResult) -> list[Verdict]:
         argmax = result.logits.argmax(dim=-1).cpu()
         for item in greedy:
             tree = _tree(item)
-            rows = argmax[item.logits_start : item.logits_start + tree.num_nodes]
+            if item.state.request.sampling.penalties.active:
+                rows = _item_logits(result.logits, item).argmax(dim=-1).cpu()
+            else:
+                rows = argmax[item.logits_start : item.logits_start + tree.num_nodes]
             verdicts.append(Verdict(item, accept_greedy(tree.tokens, tree.parents, rows)))
     if sampled:
         probs = _sampling_probs(result.logits, sampled)
@@ -54,7 +58,6 @@ def _accept_sampled(item: ForwardItem, tree: TokenTree, rows: torch.Tensor) -> A
 def _sampling_probs(logits: torch.Tensor, items: list[ForwardItem]) -> torch.Tensor:
     """The target's sampling distributions for the rows of `items`, batched, in item order: CPU
     [sum of tree sizes, vocab]."""
-    index = torch.cat([torch.arange(i.logits_start, i.logits_start + _tree(i).num_nodes) for i in items])
     params = [(i.state.request.sampling, _tree(i).num_nodes) for i in items]
 
     def per_row(values: list[float | int], dtype: torch.dtype) -> torch.Tensor:
@@ -62,12 +65,24 @@ def _sampling_probs(logits: torch.Tensor, items: list[ForwardItem]) -> torch.Ten
 
     device = logits.device
     return probs_from_logits(
-        logits[index.to(device)],
+        torch.cat([_item_logits(logits, i) for i in items]),
         per_row([s.temperature for s, _ in params], torch.float32).to(device),
         per_row([s.top_k for s, _ in params], torch.long).to(device),
         per_row([s.top_p for s, _ in params], torch.float32).to(device),
         per_row([s.min_p for s, _ in params], torch.float32).to(device),
     ).cpu()
+
+
+def _item_logits(logits: torch.Tensor, item: ForwardItem) -> torch.Tensor:
+    """The item's tree rows, with its request's penalties applied for each row's own path."""
+    tree = _tree(item)
+    rows = logits[item.logits_start : item.logits_start + tree.num_nodes]
+    sampling = item.state.request.sampling
+    if not sampling.penalties.active:
+        return rows
+    state = item.state
+    prompt, output = state.tokens[: state.num_prompt], state.tokens[state.num_prompt :]
+    return penalize_tree_rows(rows, sampling.penalties, prompt, output, tree.tokens, tree.parents)
 
 
 def _tree(item: ForwardItem) -> TokenTree:

@@ -143,6 +143,27 @@ def test_stop_strings_cut_the_output(client: openai.OpenAI) -> None:
     assert "".join(c.choices[0].text for c in streamed if c.choices) == cut.choices[0].text
 
 
+def test_penalties_change_greedy_output(client: openai.OpenAI) -> None:
+    """Penalties reach the verifier (and its trees, verified row by row under them): a counting
+    prompt repeats itself without them, and the same request gives the same text twice."""
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Repeat: la la la la la la"}]
+    plain = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=16, temperature=0)
+    penalised = [
+        client.chat.completions.create(
+            model=MODEL,
+            messages=messages,
+            max_tokens=16,
+            temperature=0,
+            presence_penalty=2.0,
+            frequency_penalty=2.0,
+            extra_body={"repetition_penalty": 1.5},
+        )
+        for _ in range(2)
+    ]
+    texts = [reply.choices[0].message.content for reply in penalised]
+    assert texts[0] == texts[1] and texts[0] != plain.choices[0].message.content
+
+
 def test_max_tokens_is_exact(client: openai.OpenAI) -> None:
     reply = client.completions.create(
         model=MODEL, prompt="Once upon a time", max_tokens=5, temperature=0, extra_body={"ignore_eos": True}

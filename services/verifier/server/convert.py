@@ -63,6 +63,9 @@ def sampling_params(msg: pb.SamplingParams) -> SamplingParams:
         ignore_eos=msg.ignore_eos,
         logprobs=_get(msg, "logprobs", d.logprobs),
         prompt_logprobs=_get(msg, "prompt_logprobs", d.prompt_logprobs),
+        presence_penalty=_get(msg, "presence_penalty", d.presence_penalty),
+        frequency_penalty=_get(msg, "frequency_penalty", d.frequency_penalty),
+        repetition_penalty=_get(msg, "repetition_penalty", d.repetition_penalty),
     )
 
 

@@ -59,6 +59,17 @@ def test_chat_logprobs_reach_the_verifier(fields: dict[str, object], want: int |
     assert (sampling.logprobs if sampling.HasField("logprobs") else None) == want
 
 
+def test_penalties_reach_the_verifier() -> None:
+    fields = {"presence_penalty": 0.5, "frequency_penalty": -1, "repetition_penalty": 1.2}
+    body = CompletionRequest.model_validate({"model": "m", "prompt": "x", **fields})
+    (job,) = choice_jobs(body, [[1, 2]], 4, INFO, "cmpl-x")
+    sampling = job.request.sampling
+    assert sampling.presence_penalty == 0.5 and sampling.frequency_penalty == -1.0
+    assert sampling.repetition_penalty == pytest.approx(1.2)
+    bare = choice_jobs(CompletionRequest.model_validate({"model": "m", "prompt": "x"}), [[1]], 4, INFO, "c")
+    assert not any(bare[0].request.sampling.HasField(f) for f in fields)  # absent: off
+
+
 def test_completion_logprobs_reach_the_verifier() -> None:
     body = CompletionRequest.model_validate({"model": "m", "prompt": "x", "logprobs": 0})
     (job,) = choice_jobs(body, [[1, 2]], 4, INFO, "cmpl-x")

@@ -81,14 +81,16 @@ def test_content_parts_and_developer_role() -> None:
         ({"n": 9}, "invalid_value", "n"),
         ({"stop": ["1", "2", "3", "4", "5"]}, "invalid_value", "stop"),
         ({"stop": 7}, "invalid_value", "stop"),
-        ({"presence_penalty": 0.5}, "unsupported_parameter", "presence_penalty"),
+        ({"presence_penalty": 2.5}, "invalid_value", "presence_penalty"),
+        ({"frequency_penalty": -2.1}, "invalid_value", "frequency_penalty"),
+        ({"repetition_penalty": 0}, "invalid_value", "repetition_penalty"),
         ({"logit_bias": {"5": 1}}, "unsupported_parameter", "logit_bias"),
         ({"top_logprobs": 3}, "invalid_value", None),  # without logprobs: true
         ({"logprobs": True, "top_logprobs": 21}, "invalid_value", "top_logprobs"),
         ({"logprobs": True, "top_logprobs": -1}, "invalid_value", "top_logprobs"),
         ({"tools": [{"type": "function"}]}, "unsupported_parameter", "tools"),
         ({"response_format": {"type": "json_object"}}, "unsupported_parameter", "response_format"),
-        # An unimplemented field's "off" value of the wrong type is a mistake, not "off".
+        # A field's "off" value of the wrong type is a mistake, not "off".
         ({"presence_penalty": "none"}, "invalid_value", "presence_penalty"),
         ({"frequency_penalty": ""}, "invalid_value", "frequency_penalty"),
         ({"logit_bias": False}, "invalid_value", "logit_bias"),

@@ -25,6 +25,9 @@ class Setting:
     temperature: float
     top_k: int = -1
     top_p: float = 1.0
+    presence: float = 0.0
+    frequency: float = 0.0
+    repetition: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,25 @@ def make_tiny(path: Path, layers: int = LAYERS) -> Tiny:
     return Tiny(path, logits)
 
 
-def processed(logits: torch.Tensor, s: Setting) -> torch.Tensor:
+def penalized(logits: torch.Tensor, output: tuple[int, ...], s: Setting) -> torch.Tensor:
+    """vLLM's penalties, token by token: repetition over prompt and output, then frequency and
+    presence over the output."""
+    row = logits.clone()
+    for token in range(row.shape[0]):
+        if token in PROMPT or token in output:
+            value = float(row[token])
+            row[token] = value / s.repetition if value > 0 else value * s.repetition
+        count = output.count(token)
+        row[token] -= s.frequency * count + s.presence * (count > 0)
+    return row
+
+
+def processed(
+    logits: torch.Tensor, s: Setting, outputs: Sequence[tuple[int, ...]] | None = None
+) -> torch.Tensor:
+    """The sampling distribution of each row; `outputs`: the tokens generated before each row."""
+    if outputs is not None:
+        logits = torch.stack([penalized(row, out, s) for row, out in zip(logits, outputs, strict=True)])
     one = lambda v, dt: torch.full((logits.shape[0],), v, dtype=dt)  # noqa: E731
     return probs_from_logits(
         logits,
@@ -72,10 +93,11 @@ def processed(logits: torch.Tensor, s: Setting) -> torch.Tensor:
 
 def exact_joint(tiny: Tiny, s: Setting) -> torch.Tensor:
     """P(a, b, c) as a [V, V, V] tensor, from the model's own distributions."""
-    p0 = processed(tiny.logits[()][None], s)[0]
-    p1 = processed(torch.stack([tiny.logits[(a,)] for a in range(VOCAB)]), s)
+    p0 = processed(tiny.logits[()][None], s, [()])[0]
+    firsts = [(a,) for a in range(VOCAB)]
+    p1 = processed(torch.stack([tiny.logits[k] for k in firsts]), s, firsts)
     keys = list(itertools.product(range(VOCAB), repeat=2))
-    p2 = processed(torch.stack([tiny.logits[k] for k in keys]), s).view(VOCAB, VOCAB, VOCAB)
+    p2 = processed(torch.stack([tiny.logits[k] for k in keys]), s, keys).view(VOCAB, VOCAB, VOCAB)
     return p0[:, None, None] * p1[:, :, None] * p2
 
 

@@ -38,6 +38,8 @@ SETTINGS = {
     "t1.0": Setting(1.0),
     "top_p0.9": Setting(1.0, top_p=0.9),
     "top_k20": Setting(1.0, top_k=20),
+    # Penalties depend on each tree row's own path (kernels/penalties.py).
+    "penalties": Setting(0.9, presence=0.6, frequency=0.8, repetition=1.5),
 }
 
 
@@ -131,6 +133,9 @@ def _requests(
                 temperature=s.temperature,
                 top_k=s.top_k,
                 top_p=s.top_p,
+                presence_penalty=s.presence,
+                frequency_penalty=s.frequency,
+                repetition_penalty=s.repetition,
                 seed=i if seeded else None,
                 max_new_tokens=NEW,
                 ignore_eos=True,
