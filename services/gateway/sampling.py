@@ -84,6 +84,8 @@ def sampling_params(body: SamplingFields, max_new_tokens: int, index: int) -> ve
     for name, value in optional.items():
         if value is not None:  # absent: the verifier's default
             setattr(params, name, value)
+    for token, amount in (body.logit_bias or {}).items():
+        params.logit_bias[int(token)] = amount
     return params
 
 

@@ -1,7 +1,7 @@
 """OpenAI request bodies for /v1/chat/completions and /v1/completions (pydantic v2, strict).
 
 Unknown fields are refused (OpenAI: "Unrecognized request argument supplied"); fields that OpenAI
-knows but treespec does not implement (tools, logit_bias, ...) are accepted only at their
+knows but treespec does not implement (tools, response_format, ...) are accepted only at their
 neutral value, else refused as unsupported. Extensions after vLLM and SGLang: top_k, min_p,
 repetition_penalty, ignore_eos, stop_token_ids, and a per-request `speculation` object. A null
 stands for the field's default, as in OpenAI; text with a lone surrogate (valid JSON, not valid
@@ -33,6 +33,7 @@ MAX_PROMPTS = 16  # prompts in one /v1/completions batch
 MAX_CHOICES = 32  # prompts x n: the Generate calls one request may open
 MAX_TOKENS_LIMIT = 2**31 - 1
 MAX_REPETITION_PENALTY = 100.0  # far past any use; keeps the value finite
+MAX_LOGIT_BIAS = 1024  # tokens one request may bias
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 TOKEN_ID_MAX = 2**32 - 1
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -118,10 +119,7 @@ class SamplingFields(BaseModel):
     repetition_penalty: float | None = Field(default=None, gt=0.0, le=MAX_REPETITION_PENALTY)
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
-    # Known to OpenAI, not implemented: of OpenAI's types, and accepted at their neutral value only.
-    logit_bias: dict[str, float] | None = None
-
-    _check_unsupported = field_validator("logit_bias")(_unsupported)
+    logit_bias: dict[str, float] | None = Field(default=None, max_length=MAX_LOGIT_BIAS)
     _defaults_for_null = field_validator("n", "stream", "ignore_eos", mode="before")(_null_is_default)
 
     @model_validator(mode="after")
@@ -131,6 +129,16 @@ class SamplingFields(BaseModel):
                 "stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled."
             )
         return self
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _token_ids_and_amounts(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for key, amount in (value or {}).items():
+            if not (key.isascii() and key.isdigit()):
+                raise ValueError(f"logit_bias keys must be token ids, got {quotable(key)!r}")
+            if not -100.0 <= amount <= 100.0:
+                raise ValueError(f"logit_bias amounts must be in [-100, 100], got {amount}")
+        return value
 
     @property
     def logprob_count(self) -> int | None:

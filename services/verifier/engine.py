@@ -226,6 +226,8 @@ class Engine:
         vocab = self.model.config.vocab_size
         if any(not 0 <= t < vocab for t in request.prompt_ids):
             raise InvalidRequestError(f"prompt token ids must be in [0, {vocab})")
+        if any(not 0 <= t < vocab for t, _ in request.sampling.logit_bias):
+            raise InvalidRequestError(f"logit_bias token ids must be in [0, {vocab})")
 
     def _drain_inbox(self) -> list[RequestOutput]:
         outputs: list[RequestOutput] = []

@@ -39,6 +39,12 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, amount in [-100, 100]) pairs
+
+    @property
+    def adjusts_logits(self) -> bool:
+        """Whether the sampling distribution is not the logits' own (bias, penalties)."""
+        return bool(self.logit_bias) or self.penalties.active
 
     @property
     def penalties(self) -> Penalties:
@@ -68,6 +74,10 @@ class SamplingParams:
             (
                 math.isfinite(self.repetition_penalty) and self.repetition_penalty > 0,
                 "repetition_penalty must be > 0",
+            ),
+            (
+                all(t >= 0 and -100.0 <= a <= 100.0 for t, a in self.logit_bias),
+                "logit_bias amounts must be in [-100, 100]",
             ),
         ]
         for ok, message in checks:

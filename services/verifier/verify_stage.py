@@ -8,6 +8,7 @@ import torch
 
 from treespec.kernels.acceptance import Acceptance, accept_greedy, accept_sampling
 from treespec.kernels.coupled_sampling import accept_coupled
+from treespec.kernels.logit_bias import apply_logit_bias
 from treespec.kernels.logits_processing import probs_from_logits
 from treespec.kernels.penalties import penalize_tree_rows
 from treespec.shared.drafting.token_tree import TokenTree
@@ -30,7 +31,7 @@ def verify(result: ForwardResult) -> list[Verdict]:
         argmax = result.logits.argmax(dim=-1).cpu()
         for item in greedy:
             tree = _tree(item)
-            if item.state.request.sampling.penalties.active:
+            if item.state.request.sampling.adjusts_logits:
                 rows = _item_logits(result.logits, item).argmax(dim=-1).cpu()
             else:
                 rows = argmax[item.logits_start : item.logits_start + tree.num_nodes]
@@ -74,10 +75,12 @@ def _sampling_probs(logits: torch.Tensor, items: list[ForwardItem]) -> torch.Ten
 
 
 def _item_logits(logits: torch.Tensor, item: ForwardItem) -> torch.Tensor:
-    """The item's tree rows, with its request's penalties applied for each row's own path."""
+    """The item's tree rows, with its request's logit bias, then its penalties for each row's own path."""
     tree = _tree(item)
     rows = logits[item.logits_start : item.logits_start + tree.num_nodes]
     sampling = item.state.request.sampling
+    if sampling.logit_bias:
+        rows = apply_logit_bias(rows, sampling.logit_bias)
     if not sampling.penalties.active:
         return rows
     state = item.state

@@ -164,6 +164,14 @@ def test_penalties_change_greedy_output(client: openai.OpenAI) -> None:
     assert texts[0] == texts[1] and texts[0] != plain.choices[0].message.content
 
 
+def test_logit_bias_forces_a_token(client: openai.OpenAI, tokenizer: PromptTokenizer) -> None:
+    (token,) = tokenizer.text_prompt(" yes")
+    reply = client.chat.completions.create(
+        model=MODEL, messages=HI, max_tokens=5, temperature=0.8, logit_bias={str(token): 100}
+    )
+    assert reply.choices[0].message.content == " yes" * 5
+
+
 def test_max_tokens_is_exact(client: openai.OpenAI) -> None:
     reply = client.completions.create(
         model=MODEL, prompt="Once upon a time", max_tokens=5, temperature=0, extra_body={"ignore_eos": True}

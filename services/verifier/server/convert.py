@@ -66,6 +66,7 @@ def sampling_params(msg: pb.SamplingParams) -> SamplingParams:
         presence_penalty=_get(msg, "presence_penalty", d.presence_penalty),
         frequency_penalty=_get(msg, "frequency_penalty", d.frequency_penalty),
         repetition_penalty=_get(msg, "repetition_penalty", d.repetition_penalty),
+        logit_bias=tuple(sorted(msg.logit_bias.items())),
     )
 
 

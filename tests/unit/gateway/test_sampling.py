@@ -61,9 +61,11 @@ def test_chat_logprobs_reach_the_verifier(fields: dict[str, object], want: int |
 
 def test_penalties_reach_the_verifier() -> None:
     fields = {"presence_penalty": 0.5, "frequency_penalty": -1, "repetition_penalty": 1.2}
-    body = CompletionRequest.model_validate({"model": "m", "prompt": "x", **fields})
+    bias = {"logit_bias": {"7": -100, "42": 2.5}}
+    body = CompletionRequest.model_validate({"model": "m", "prompt": "x", **fields, **bias})
     (job,) = choice_jobs(body, [[1, 2]], 4, INFO, "cmpl-x")
     sampling = job.request.sampling
+    assert dict(sampling.logit_bias) == {7: -100.0, 42: 2.5}
     assert sampling.presence_penalty == 0.5 and sampling.frequency_penalty == -1.0
     assert sampling.repetition_penalty == pytest.approx(1.2)
     bare = choice_jobs(CompletionRequest.model_validate({"model": "m", "prompt": "x"}), [[1]], 4, INFO, "c")

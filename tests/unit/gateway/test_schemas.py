@@ -84,7 +84,8 @@ def test_content_parts_and_developer_role() -> None:
         ({"presence_penalty": 2.5}, "invalid_value", "presence_penalty"),
         ({"frequency_penalty": -2.1}, "invalid_value", "frequency_penalty"),
         ({"repetition_penalty": 0}, "invalid_value", "repetition_penalty"),
-        ({"logit_bias": {"5": 1}}, "unsupported_parameter", "logit_bias"),
+        ({"logit_bias": {"x": 1}}, "invalid_value", "logit_bias"),
+        ({"logit_bias": {"5": 101}}, "invalid_value", "logit_bias"),
         ({"top_logprobs": 3}, "invalid_value", None),  # without logprobs: true
         ({"logprobs": True, "top_logprobs": 21}, "invalid_value", "top_logprobs"),
         ({"logprobs": True, "top_logprobs": -1}, "invalid_value", "top_logprobs"),

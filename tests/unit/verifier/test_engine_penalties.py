@@ -1,10 +1,11 @@
-"""Presence, frequency and repetition penalties: greedy output with speculation equals plain decoding
-with the same penalties, and plain decoding equals transformers' greedy loop under vLLM's rules.
-(Sampling with penalties: test_sampling_distribution.py.)"""
+"""Presence, frequency and repetition penalties, and logit bias: greedy output with speculation equals
+plain decoding with the same settings, and plain decoding equals transformers' greedy loop under
+vLLM's rules. (Sampling with penalties: test_sampling_distribution.py.)"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -35,10 +36,10 @@ PENALTIES = {
 
 
 def _generate(
-    path: Path, model: CausalLM, drafter: Drafter | None, penalties: dict[str, float]
+    path: Path, model: CausalLM, drafter: Drafter | None, penalties: dict[str, Any]
 ) -> dict[str, list[int]]:
     engine = Engine(EngineConfig(model_path=path, page_size=4, max_total_tokens=4096), drafter, model)
-    sampling = SamplingParams(temperature=0.0, max_new_tokens=NEW, ignore_eos=True, **penalties)  # type: ignore[arg-type]
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=NEW, ignore_eos=True, **penalties)
     spec = SpeculationParams(enabled=drafter is not None)
     got = engine.generate(GenerationRequest(f"r{i}", p, sampling, spec) for i, p in enumerate(PROMPTS))
     return {rid: r.token_ids for rid, r in got.items()}
@@ -97,3 +98,24 @@ def test_penalised_plain_decoding_matches_the_reference(
 def test_out_of_range_penalties_are_refused(fields: dict[str, float]) -> None:
     with pytest.raises(InvalidRequestError, match="penalty"):
         SamplingParams(**fields).validate()  # type: ignore[arg-type]
+
+
+def test_logit_bias_with_speculation_equals_plain(tiny_path: Path, tiny_model: CausalLM) -> None:
+    first = _generate(tiny_path, tiny_model, None, {})["r0"][0]
+    bias = {"logit_bias": ((first, -100.0), (7, 3.0))}
+    want = _generate(tiny_path, tiny_model, None, bias)
+    assert want["r0"][0] != first
+    assert _generate(tiny_path, tiny_model, RandomTreeDrafter(VOCAB, seed=4), bias) == want
+    forced = _generate(
+        tiny_path, tiny_model, RandomTreeDrafter(VOCAB, seed=4), {"logit_bias": ((11, 100.0),)}
+    )
+    assert all(tokens == [11] * NEW for tokens in forced.values())
+
+
+def test_logit_bias_beyond_the_vocabulary_is_refused(tiny_path: Path, tiny_model: CausalLM) -> None:
+    engine = Engine(EngineConfig(model_path=tiny_path, page_size=4, max_total_tokens=4096), None, tiny_model)
+    sampling = SamplingParams(logit_bias=((VOCAB, 1.0),))
+    with pytest.raises(InvalidRequestError, match="logit_bias"):
+        engine.add_request(GenerationRequest("r", [1, 2], sampling))
+    with pytest.raises(InvalidRequestError, match="logit_bias"):
+        SamplingParams(logit_bias=((3, 101.0),)).validate()
