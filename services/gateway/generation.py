@@ -84,6 +84,7 @@ class ChoiceJob:
     stop_strings: tuple[str, ...]
     end_token_ids: frozenset[int]  # tokens that end the generation without adding text
     echo: str | None = None  # the prompt's text, sent first (completions' `echo`)
+    min_tokens: int = 0  # stop strings count from this many output tokens on (vLLM's min_tokens)
 
 
 class ChunkSource(Protocol):
@@ -115,7 +116,7 @@ async def run_choice(
                     continue
                 if entries is not None:
                     pending.append(TokenLogprob.from_proto(token, entries[j]))
-                check = stops.push(detokenizer.step(token))
+                check = stops.push(detokenizer.step(token), armed=count >= job.min_tokens)
                 if check.text or (check.stopped and pending):
                     yield TextDelta(job.index, check.text, tuple(pending))
                     pending.clear()

@@ -61,7 +61,7 @@ def choice_jobs(
                 speculation=speculation_params(body),
             )
             echo = None if echoes is None else echoes[p]
-            jobs.append(ChoiceJob(index, request, body.stop_strings, end_ids, echo))
+            jobs.append(ChoiceJob(index, request, body.stop_strings, end_ids, echo, body.min_tokens or 0))
     return jobs
 
 
@@ -80,6 +80,7 @@ def sampling_params(body: SamplingFields, max_new_tokens: int, index: int) -> ve
         "seed": None if body.seed is None else derive_seed(body.seed, index),
         "logprobs": body.logprob_count,
         "prompt_logprobs": body.prompt_logprob_count,
+        "min_tokens": body.min_tokens,
     }
     for name, value in optional.items():
         if value is not None:  # absent: the verifier's default

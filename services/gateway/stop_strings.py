@@ -22,11 +22,15 @@ class StopStringMatcher:
         self._held = ""
         self.stopped = False
 
-    def push(self, text: str) -> StopCheck:
-        """Add the next piece of text; return what may be sent."""
+    def push(self, text: str, armed: bool = True) -> StopCheck:
+        """Add the next piece of text; return what may be sent. Not `armed` (before `min_tokens`),
+        nothing stops and nothing is held back."""
         if self.stopped:
             return StopCheck("", True)
         buffer = self._held + text
+        if not armed:
+            self._held = ""
+            return StopCheck(buffer, False)
         cut = self._first_stop(buffer)
         if cut is not None:
             self._held, self.stopped = "", True

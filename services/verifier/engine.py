@@ -135,7 +135,7 @@ class Engine:
         start = time.perf_counter()
         draft_s = start - draft_start if self.drafter is not None else None
         result = self._forward.run(batch, trees, ring.spec if ring is not None else None)
-        verdicts = verify(result)
+        verdicts = verify(result, self.eos_token_ids)
         if isinstance(self._verify_cost, OnlineVerifyCost) and not batch.prefills:
             rows = sum(item.num_new for item in result.items)
             drafted = sum(item.num_new > 1 for item in result.items)

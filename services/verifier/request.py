@@ -40,11 +40,12 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, amount in [-100, 100]) pairs
+    min_tokens: int = 0  # no stop token (EOS, stop_token_ids) before this many output tokens
 
     @property
     def adjusts_logits(self) -> bool:
-        """Whether the sampling distribution is not the logits' own (bias, penalties)."""
-        return bool(self.logit_bias) or self.penalties.active
+        """Whether the sampling distribution is not the logits' own (bias, min_tokens, penalties)."""
+        return bool(self.logit_bias) or self.penalties.active or self.min_tokens > 0
 
     @property
     def penalties(self) -> Penalties:
@@ -60,6 +61,7 @@ class SamplingParams:
             (0.0 < self.top_p <= 1.0, "top_p must be in (0, 1]"),
             (0.0 <= self.min_p <= 1.0, "min_p must be in [0, 1]"),
             (self.max_new_tokens >= 1, "max_new_tokens must be >= 1"),
+            (0 <= self.min_tokens <= self.max_new_tokens, "min_tokens must be in [0, max_new_tokens]"),
             (all(t >= 0 for t in self.stop_token_ids), "stop token ids must be >= 0"),
             (
                 self.logprobs is None or 0 <= self.logprobs <= MAX_TOP_LOGPROBS,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import torch
@@ -10,6 +11,7 @@ from treespec.kernels.acceptance import Acceptance, accept_greedy, accept_sampli
 from treespec.kernels.coupled_sampling import accept_coupled
 from treespec.kernels.logit_bias import apply_logit_bias
 from treespec.kernels.logits_processing import probs_from_logits
+from treespec.kernels.min_tokens import forbid_early_stops
 from treespec.kernels.penalties import penalize_tree_rows
 from treespec.shared.drafting.token_tree import TokenTree
 from treespec.verifier.forward_stage import ForwardItem, ForwardResult
@@ -21,8 +23,9 @@ class Verdict:
     acceptance: Acceptance
 
 
-def verify(result: ForwardResult) -> list[Verdict]:
-    """One verdict per item that has a tree (decodes, and prefills that finish the prompt)."""
+def verify(result: ForwardResult, eos_token_ids: Collection[int] = ()) -> list[Verdict]:
+    """One verdict per item that has a tree (decodes, and prefills that finish the prompt);
+    `eos_token_ids`: the model's, which `min_tokens` holds back like the request's stop tokens."""
     items = [i for i in result.items if i.tree is not None]
     greedy = [i for i in items if i.state.request.sampling.greedy]
     sampled = [i for i in items if not i.state.request.sampling.greedy]
@@ -32,12 +35,12 @@ def verify(result: ForwardResult) -> list[Verdict]:
         for item in greedy:
             tree = _tree(item)
             if item.state.request.sampling.adjusts_logits:
-                rows = _item_logits(result.logits, item).argmax(dim=-1).cpu()
+                rows = _item_logits(result.logits, item, eos_token_ids).argmax(dim=-1).cpu()
             else:
                 rows = argmax[item.logits_start : item.logits_start + tree.num_nodes]
             verdicts.append(Verdict(item, accept_greedy(tree.tokens, tree.parents, rows)))
     if sampled:
-        probs = _sampling_probs(result.logits, sampled)
+        probs = _sampling_probs(result.logits, sampled, eos_token_ids)
         start = 0
         for item in sampled:
             tree = _tree(item)
@@ -56,7 +59,9 @@ def _accept_sampled(item: ForwardItem, tree: TokenTree, rows: torch.Tensor) -> A
     return accept_sampling(tree.tokens, tree.parents, tree.probs, rows, item.state.generator)
 
 
-def _sampling_probs(logits: torch.Tensor, items: list[ForwardItem]) -> torch.Tensor:
+def _sampling_probs(
+    logits: torch.Tensor, items: list[ForwardItem], eos_token_ids: Collection[int]
+) -> torch.Tensor:
     """The target's sampling distributions for the rows of `items`, batched, in item order: CPU
     [sum of tree sizes, vocab]."""
     params = [(i.state.request.sampling, _tree(i).num_nodes) for i in items]
@@ -66,7 +71,7 @@ def _sampling_probs(logits: torch.Tensor, items: list[ForwardItem]) -> torch.Ten
 
     device = logits.device
     return probs_from_logits(
-        torch.cat([_item_logits(logits, i) for i in items]),
+        torch.cat([_item_logits(logits, i, eos_token_ids) for i in items]),
         per_row([s.temperature for s, _ in params], torch.float32).to(device),
         per_row([s.top_k for s, _ in params], torch.long).to(device),
         per_row([s.top_p for s, _ in params], torch.float32).to(device),
@@ -74,13 +79,19 @@ def _sampling_probs(logits: torch.Tensor, items: list[ForwardItem]) -> torch.Ten
     ).cpu()
 
 
-def _item_logits(logits: torch.Tensor, item: ForwardItem) -> torch.Tensor:
-    """The item's tree rows, with its request's logit bias, then its penalties for each row's own path."""
+def _item_logits(logits: torch.Tensor, item: ForwardItem, eos_token_ids: Collection[int]) -> torch.Tensor:
+    """The item's tree rows, with its request's logit bias and min_tokens, then its penalties, each
+    for the row's own path (as vLLM orders them)."""
     tree = _tree(item)
     rows = logits[item.logits_start : item.logits_start + tree.num_nodes]
     sampling = item.state.request.sampling
     if sampling.logit_bias:
         rows = apply_logit_bias(rows, sampling.logit_bias)
+    if sampling.min_tokens:
+        stops = set(sampling.stop_token_ids) | (set() if sampling.ignore_eos else set(eos_token_ids))
+        rows = forbid_early_stops(
+            rows, tree.parents, item.state.num_output, sampling.min_tokens, sorted(stops)
+        )
     if not sampling.penalties.active:
         return rows
     state = item.state

@@ -172,6 +172,18 @@ def test_logit_bias_forces_a_token(client: openai.OpenAI, tokenizer: PromptToken
     assert reply.choices[0].message.content == " yes" * 5
 
 
+def test_min_tokens_holds_back_the_end(client: openai.OpenAI) -> None:
+    """The reply to "Say hello." ends before 64 tokens; min_tokens makes it go on (a vLLM extension)."""
+    short = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=64, temperature=0)
+    assert short.usage is not None and short.choices[0].finish_reason == "stop"
+    floor = short.usage.completion_tokens + 10
+    assert floor < 64
+    longer = client.chat.completions.create(
+        model=MODEL, messages=HI, max_tokens=64, temperature=0, extra_body={"min_tokens": floor}
+    )
+    assert longer.usage is not None and longer.usage.completion_tokens >= floor
+
+
 def test_max_tokens_is_exact(client: openai.OpenAI) -> None:
     reply = client.completions.create(
         model=MODEL, prompt="Once upon a time", max_tokens=5, temperature=0, extra_body={"ignore_eos": True}

@@ -67,6 +67,7 @@ def sampling_params(msg: pb.SamplingParams) -> SamplingParams:
         frequency_penalty=_get(msg, "frequency_penalty", d.frequency_penalty),
         repetition_penalty=_get(msg, "repetition_penalty", d.repetition_penalty),
         logit_bias=tuple(sorted(msg.logit_bias.items())),
+        min_tokens=_get(msg, "min_tokens", d.min_tokens),
     )
 
 

@@ -199,3 +199,16 @@ def test_an_echo_comes_first_with_the_prompt_s_logprobs(tokenizer: Tokenizer) ->
     entries = [entry for d in deltas for entry in d.logprobs]
     assert [e.token_id for e in entries] == prompt + out
     assert entries[0].logprob is None and all(e.logprob is not None for e in entries[1:])
+
+
+def test_stop_strings_wait_for_min_tokens(tokenizer: Tokenizer) -> None:
+    ids = _ids(tokenizer, "ab, cd, ef")
+    job = ChoiceJob(
+        0, pb.GenerateRequest(request_id="r", prompt_token_ids=[1]), (",",), frozenset({EOS}), None, 3
+    )
+    chunks = [pb.GenerateChunk(token_ids=ids)]
+    events = asyncio.run(_run(tokenizer, ScriptedVerifier(chunks), job))
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    first_comma = tokenizer.decode(ids[: ids.index(_ids(tokenizer, ",")[0]) + 1])
+    assert len(first_comma) < len(text) and text.startswith(first_comma) and not text.endswith(",")
+    assert isinstance(events[-1], ChoiceEnd) and events[-1].finish_reason == "stop"

@@ -66,6 +66,9 @@ def test_penalties_reach_the_verifier() -> None:
     (job,) = choice_jobs(body, [[1, 2]], 4, INFO, "cmpl-x")
     sampling = job.request.sampling
     assert dict(sampling.logit_bias) == {7: -100.0, 42: 2.5}
+    with_min = CompletionRequest.model_validate({"model": "m", "prompt": "x", "min_tokens": 3})
+    (job,) = choice_jobs(with_min, [[1, 2]], 4, INFO, "cmpl-x")
+    assert job.request.sampling.min_tokens == 3 and job.min_tokens == 3
     assert sampling.presence_penalty == 0.5 and sampling.frequency_penalty == -1.0
     assert sampling.repetition_penalty == pytest.approx(1.2)
     bare = choice_jobs(CompletionRequest.model_validate({"model": "m", "prompt": "x"}), [[1]], 4, INFO, "c")

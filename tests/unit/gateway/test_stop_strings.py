@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from treespec.gateway.stop_strings import StopStringMatcher
+from treespec.gateway.stop_strings import StopCheck, StopStringMatcher
 
 
 def _feed(stops: list[str], pieces: list[str]) -> tuple[str, bool]:
@@ -68,3 +68,12 @@ def test_multibyte_stop_strings(stop: str) -> None:
 
 def test_empty_stop_strings_are_ignored() -> None:
     assert _feed(["", "Z"], ["abc"]) == ("abc", False)
+
+
+def test_unarmed_text_passes_whole_and_then_stops_count() -> None:
+    """Before min_tokens: no stop, nothing held back (vLLM checks stop strings from then on)."""
+    matcher = StopStringMatcher(["END"])
+    assert matcher.push("a E", armed=False) == StopCheck("a E", False)
+    assert matcher.push("ND b END c", armed=False) == StopCheck("ND b END c", False)
+    assert matcher.push(" then E") == StopCheck(" then ", False)
+    assert matcher.push("ND") == StopCheck("", True)

@@ -119,3 +119,28 @@ def test_logit_bias_beyond_the_vocabulary_is_refused(tiny_path: Path, tiny_model
         engine.add_request(GenerationRequest("r", [1, 2], sampling))
     with pytest.raises(InvalidRequestError, match="logit_bias"):
         SamplingParams(logit_bias=((3, 101.0),)).validate()
+
+
+@pytest.mark.parametrize("speculate", [False, True])
+def test_min_tokens_holds_back_eos_and_stop_tokens(
+    tiny_path: Path, tiny_model: CausalLM, speculate: bool
+) -> None:
+    """EOS pushed up by a bias would end every request at once; min_tokens holds it (and a stop token
+    id) back row by row, down the trees too, until the fifth token is out."""
+    drafter = RandomTreeDrafter(VOCAB, seed=6) if speculate else None
+    engine = Engine(
+        EngineConfig(model_path=tiny_path, page_size=4, max_total_tokens=4096), drafter, tiny_model
+    )
+    (eos,) = sorted(engine.eos_token_ids)[:1]
+    bias = ((eos, 100.0), (9, 99.0))
+    sampling = SamplingParams(
+        temperature=0.0, max_new_tokens=NEW, logit_bias=bias, stop_token_ids=(9,), min_tokens=5
+    )
+    spec = SpeculationParams(enabled=speculate)
+    got = engine.generate(GenerationRequest(f"r{i}", p, sampling, spec) for i, p in enumerate(PROMPTS))
+    for result in got.values():
+        assert len(result.token_ids) == 6 and result.token_ids[-1] == eos
+        assert eos not in result.token_ids[:5] and 9 not in result.token_ids[:5]
+        assert result.finish_reason.value == "stop"
+    with pytest.raises(InvalidRequestError, match="min_tokens"):
+        SamplingParams(max_new_tokens=4, min_tokens=5).validate()
