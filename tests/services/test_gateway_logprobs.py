@@ -134,3 +134,33 @@ def test_echo_without_logprobs_and_streamed(client: openai.OpenAI) -> None:
     )
     texts = [chunk.choices[0].text for chunk in stream if chunk.choices]
     assert texts[0] == "Hello" and "".join(texts) == whole.choices[0].text
+
+
+def test_lm_evaluation_harness_loglikelihood_requests(
+    client: openai.OpenAI, tokenizer: PromptTokenizer, model_path: Path
+) -> None:
+    """lm-evaluation-harness's `local-completions` loglikelihood payload, as it sends it: a batch of
+    token-id prompts (context + continuation), max_tokens 1, logprobs 1, echo, temperature 0, a seed.
+    It reads token_logprobs[ctxlen:-1] and compares each with the best of top_logprobs (greedy)."""
+    context = tokenizer.text_prompt("The capital of France is")
+    continuations = [tokenizer.text_prompt(" Paris")[-1:], tokenizer.text_prompt(" a banana")[-2:]]
+    prompts = [context + c for c in continuations]
+    reply = client.completions.create(
+        model=MODEL, prompt=prompts, max_tokens=1, logprobs=1, echo=True, temperature=0, seed=1234
+    )
+    hf = transformers.AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    ctxlen = len(context)
+    totals: list[float] = []
+    for choice, ids in zip(sorted(reply.choices, key=lambda c: c.index), prompts, strict=True):
+        lp = choice.logprobs
+        assert lp is not None and lp.token_logprobs is not None and lp.top_logprobs is not None
+        got = [float(x) for x in lp.token_logprobs[ctxlen:-1] if x is not None]
+        tops = lp.top_logprobs[ctxlen:-1]
+        totals.append(sum(got))
+        with torch.no_grad():
+            rows = torch.log_softmax(hf(torch.tensor([ids])).logits[0, :-1].float(), dim=-1)
+        want = rows.gather(1, torch.tensor(ids[1:]).view(-1, 1)).squeeze(1)[ctxlen - 1 :]
+        assert got == pytest.approx(want.tolist(), abs=2e-3)
+        greedy = all(top is not None and tok == max(top.values()) for tok, top in zip(got, tops, strict=True))
+        assert greedy == bool((rows[ctxlen - 1 :].argmax(-1) == torch.tensor(ids[ctxlen:])).all())
+    assert totals[0] > totals[1]  # " Paris" is the likelier continuation
