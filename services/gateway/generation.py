@@ -85,6 +85,8 @@ class ChoiceJob:
     end_token_ids: frozenset[int]  # tokens that end the generation without adding text
     echo: str | None = None  # the prompt's text, sent first (completions' `echo`)
     min_tokens: int = 0  # stop strings count from this many output tokens on (vLLM's min_tokens)
+    include_stop_str: bool = False  # the text ends with the stop string found (vLLM's extension)
+    skip_special_tokens: bool = True  # special tokens add no text (vLLM's extension)
 
 
 class ChunkSource(Protocol):
@@ -99,8 +101,8 @@ async def run_choice(
     client: ChunkSource, tokenizer: Tokenizer, job: ChoiceJob, trace_context: Context | None = None
 ) -> AsyncGenerator[Event, None]:
     prompt_ids = job.request.prompt_token_ids
-    detokenizer = IncrementalDetokenizer(tokenizer, prompt_ids)
-    stops = StopStringMatcher(job.stop_strings)
+    detokenizer = IncrementalDetokenizer(tokenizer, prompt_ids, skip_special_tokens=job.skip_special_tokens)
+    stops = StopStringMatcher(job.stop_strings, job.include_stop_str)
     count = 0
     pending: list[TokenLogprob] = []  # tokens whose text has not been sent yet
     echo = job.echo

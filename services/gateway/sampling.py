@@ -61,7 +61,17 @@ def choice_jobs(
                 speculation=speculation_params(body),
             )
             echo = None if echoes is None else echoes[p]
-            jobs.append(ChoiceJob(index, request, body.stop_strings, end_ids, echo, body.min_tokens or 0))
+            job = ChoiceJob(
+                index,
+                request,
+                body.stop_strings,
+                end_ids,
+                echo,
+                body.min_tokens or 0,
+                include_stop_str=body.include_stop_str_in_output,
+                skip_special_tokens=body.skip_special_tokens,
+            )
+            jobs.append(job)
     return jobs
 
 

@@ -3,7 +3,8 @@
 Unknown fields are refused (OpenAI: "Unrecognized request argument supplied"); fields that OpenAI
 knows but treespec does not implement (tools, response_format, ...) are accepted only at their
 neutral value, else refused as unsupported. Extensions after vLLM and SGLang: top_k, min_p,
-repetition_penalty, min_tokens, ignore_eos, stop_token_ids, and a per-request `speculation` object. A null
+repetition_penalty, min_tokens, ignore_eos, stop_token_ids, include_stop_str_in_output,
+skip_special_tokens, and a per-request `speculation` object. A null
 stands for the field's default, as in OpenAI; text with a lone surrogate (valid JSON, not valid
 Unicode) is refused.
 """
@@ -118,10 +119,14 @@ class SamplingFields(BaseModel):
     speculation: SpeculationOptions | None = None
     repetition_penalty: float | None = Field(default=None, gt=0.0, le=MAX_REPETITION_PENALTY)
     min_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS_LIMIT)
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     logit_bias: dict[str, float] | None = Field(default=None, max_length=MAX_LOGIT_BIAS)
-    _defaults_for_null = field_validator("n", "stream", "ignore_eos", mode="before")(_null_is_default)
+    _defaults_for_null = field_validator(
+        "n", "stream", "ignore_eos", "include_stop_str_in_output", "skip_special_tokens", mode="before"
+    )(_null_is_default)
 
     @model_validator(mode="after")
     def _stream_options_need_stream(self) -> SamplingFields:

@@ -13,12 +13,15 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class StopCheck:
     text: str  # safe to send now
-    stopped: bool  # a stop string was found: `text` ends right before it, generation is over
+    stopped: bool  # a stop string was found: `text` ends right before it (or with it), generation is over
 
 
 class StopStringMatcher:
-    def __init__(self, stops: Sequence[str]) -> None:
+    def __init__(self, stops: Sequence[str], include_stop: bool = False) -> None:
+        """`include_stop`: the text sent ends with the stop string found (vLLM's
+        include_stop_str_in_output), not right before it."""
         self._stops = tuple(s for s in stops if s)
+        self._include_stop = include_stop
         self._held = ""
         self.stopped = False
 
@@ -31,10 +34,11 @@ class StopStringMatcher:
         if not armed:
             self._held = ""
             return StopCheck(buffer, False)
-        cut = self._first_stop(buffer)
-        if cut is not None:
+        found = self._first_stop(buffer)
+        if found is not None:
+            cut, stop = found
             self._held, self.stopped = "", True
-            return StopCheck(buffer[:cut], True)
+            return StopCheck(buffer[: cut + len(stop)] if self._include_stop else buffer[:cut], True)
         keep = self._partial_stop_length(buffer)
         self._held = buffer[len(buffer) - keep :]
         return StopCheck(buffer[: len(buffer) - keep], False)
@@ -44,9 +48,10 @@ class StopStringMatcher:
         held, self._held = self._held, ""
         return held
 
-    def _first_stop(self, buffer: str) -> int | None:
-        found = [i for i in (buffer.find(stop) for stop in self._stops) if i >= 0]
-        return min(found) if found else None
+    def _first_stop(self, buffer: str) -> tuple[int, str] | None:
+        """Where the earliest stop string starts, and which (the first listed, where several do)."""
+        found = [(i, stop) for stop in self._stops if (i := buffer.find(stop)) >= 0]
+        return min(found, key=lambda hit: hit[0]) if found else None
 
     def _partial_stop_length(self, buffer: str) -> int:
         """Length of the longest end of `buffer` that is a proper prefix of some stop string."""

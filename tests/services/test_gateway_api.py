@@ -141,6 +141,15 @@ def test_stop_strings_cut_the_output(client: openai.OpenAI) -> None:
         model=MODEL, prompt=COUNTING, max_tokens=12, temperature=0, stop=stop, stream=True
     )
     assert "".join(c.choices[0].text for c in streamed if c.choices) == cut.choices[0].text
+    kept = client.completions.create(
+        model=MODEL,
+        prompt=COUNTING,
+        max_tokens=12,
+        temperature=0,
+        stop=[stop],
+        extra_body={"include_stop_str_in_output": True},
+    )
+    assert kept.choices[0].text == full.text[: full.text.index(stop) + len(stop)]
 
 
 def test_penalties_change_greedy_output(client: openai.OpenAI) -> None:

@@ -212,3 +212,16 @@ def test_stop_strings_wait_for_min_tokens(tokenizer: Tokenizer) -> None:
     first_comma = tokenizer.decode(ids[: ids.index(_ids(tokenizer, ",")[0]) + 1])
     assert len(first_comma) < len(text) and text.startswith(first_comma) and not text.endswith(",")
     assert isinstance(events[-1], ChoiceEnd) and events[-1].finish_reason == "stop"
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_special_tokens_add_text_only_when_not_skipped(tokenizer: Tokenizer, skip: bool) -> None:
+    special = tokenizer.token_to_id("<|im_start|>")
+    assert special is not None
+    ids = [*_ids(tokenizer, "a"), special, *_ids(tokenizer, "b")]
+    request = pb.GenerateRequest(request_id="r", prompt_token_ids=[1])
+    job = ChoiceJob(0, request, (), frozenset({EOS}), skip_special_tokens=skip)
+    chunks = [pb.GenerateChunk(token_ids=ids, finish_reason=pb.FINISH_REASON_LENGTH)]
+    events = asyncio.run(_run(tokenizer, ScriptedVerifier(chunks), job))
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert text == ("ab" if skip else "a<|im_start|>b")
