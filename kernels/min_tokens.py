@@ -16,10 +16,7 @@ def forbid_early_stops(
     rows with the stop tokens at -inf where the token they predict comes before `min_tokens`."""
     if num_output >= min_tokens or not stop_ids:
         return logits
-    depths = (
-        tree_depths(parents.to(logits.device)) if logits.shape[0] > 1 else torch.zeros(1, dtype=torch.long)
-    )
-    early = (num_output + depths.to(logits.device)) < min_tokens
+    early = (num_output + tree_depths(parents.to(logits.device))) < min_tokens
     out = logits.float().clone()
     ids = torch.tensor(stop_ids, dtype=torch.long, device=out.device)
     rows = early.nonzero(as_tuple=True)[0]

@@ -62,6 +62,7 @@ class TextDelta:
     index: int
     text: str
     logprobs: tuple[TokenLogprob, ...] = ()  # the tokens this text completes, when asked for
+    offset: int = 0  # where `text` starts in the choice's whole text
 
 
 @dataclass(frozen=True)
@@ -103,13 +104,19 @@ async def run_choice(
     prompt_ids = job.request.prompt_token_ids
     detokenizer = IncrementalDetokenizer(tokenizer, prompt_ids, skip_special_tokens=job.skip_special_tokens)
     stops = StopStringMatcher(job.stop_strings, job.include_stop_str)
-    count = 0
+    count = sent = 0  # tokens received, characters sent
     pending: list[TokenLogprob] = []  # tokens whose text has not been sent yet
     echo = job.echo
+
+    def delta(text: str, entries: tuple[TokenLogprob, ...]) -> TextDelta:
+        nonlocal sent
+        sent += len(text)
+        return TextDelta(job.index, text, entries, sent - len(text))
+
     async with aclosing(client.generate(job.request, trace_context)) as chunks:
         async for chunk in chunks:
             if echo is not None:
-                yield TextDelta(job.index, echo, _prompt_entries(job.request, chunk))
+                yield delta(echo, _prompt_entries(job.request, chunk))
                 echo = None
             entries = chunk.logprobs if len(chunk.logprobs) == len(chunk.token_ids) else None
             for j, token in enumerate(chunk.token_ids):
@@ -120,7 +127,7 @@ async def run_choice(
                     pending.append(TokenLogprob.from_proto(token, entries[j]))
                 check = stops.push(detokenizer.step(token), armed=count >= job.min_tokens)
                 if check.text or (check.stopped and pending):
-                    yield TextDelta(job.index, check.text, tuple(pending))
+                    yield delta(check.text, tuple(pending))
                     pending.clear()
                 if check.stopped:
                     yield ChoiceEnd(job.index, "stop", count, None)
@@ -128,7 +135,7 @@ async def run_choice(
             if chunk.finish_reason != verifier_pb2.FINISH_REASON_UNSPECIFIED:
                 tail = stops.flush()
                 if tail or pending:
-                    yield TextDelta(job.index, tail, tuple(pending))
+                    yield delta(tail, tuple(pending))
                 yield _choice_end(job.index, chunk, count)
                 return
     raise verifier_unavailable("the generation stream ended without a finish reason")

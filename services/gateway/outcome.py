@@ -10,16 +10,13 @@ class Outcome:
     def __init__(self, num_choices: int, prompt_tokens: int) -> None:
         self.prompt_tokens = prompt_tokens  # every prompt once, however many choices it has
         self._texts: list[list[str]] = [[] for _ in range(num_choices)]
-        self._lengths = [0] * num_choices
         self._logprobs: list[list[tuple[TokenLogprob, int]]] = [[] for _ in range(num_choices)]
         self._ends: dict[int, ChoiceEnd] = {}
 
     def add(self, event: Event) -> None:
         if isinstance(event, TextDelta):
-            i = event.index
-            self._logprobs[i].extend((entry, self._lengths[i]) for entry in event.logprobs)
-            self._texts[i].append(event.text)
-            self._lengths[i] += len(event.text)
+            self._logprobs[event.index].extend((entry, event.offset) for entry in event.logprobs)
+            self._texts[event.index].append(event.text)
         else:
             self._ends[event.index] = event
 

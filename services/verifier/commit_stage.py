@@ -31,7 +31,7 @@ class StopRules:
     def cut(self, state: RequestState, emitted: list[int]) -> tuple[list[int], FinishReason | None]:
         """The emitted tokens up to and including the first that ends the request."""
         sampling = state.request.sampling
-        stops = set(sampling.stop_token_ids) | (set() if sampling.ignore_eos else set(self.eos_token_ids))
+        stops = sampling.stop_ids(self.eos_token_ids)
         for i, token in enumerate(emitted):
             if token in stops:
                 return emitted[: i + 1], FinishReason.STOP

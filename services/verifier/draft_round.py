@@ -18,7 +18,7 @@ class PendingRound:
     owed: dict[Hashable, set[str]]  # replica -> the request ids asked of it
     results: dict[str, drafter_pb2.DraftResult] = field(default_factory=dict)
     done: threading.Event = field(default_factory=threading.Event)
-    asked: frozenset[Hashable] = frozenset()  # every replica asked (`owed` loses them as they answer)
+    asked: frozenset[Hashable] = field(init=False)  # every replica asked (`owed` loses them as they answer)
 
     def __post_init__(self) -> None:
         self.asked = frozenset(self.owed)

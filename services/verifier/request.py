@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from treespec.kernels.logprobs import TokenLogprobs
@@ -46,6 +46,10 @@ class SamplingParams:
     def adjusts_logits(self) -> bool:
         """Whether the sampling distribution is not the logits' own (bias, min_tokens, penalties)."""
         return bool(self.logit_bias) or self.penalties.active or self.min_tokens > 0
+
+    def stop_ids(self, eos_token_ids: Collection[int]) -> frozenset[int]:
+        """The tokens that end this request: its stop token ids, and EOS unless it ignores EOS."""
+        return frozenset(self.stop_token_ids) | (frozenset() if self.ignore_eos else frozenset(eos_token_ids))
 
     @property
     def penalties(self) -> Penalties:

@@ -88,10 +88,8 @@ def _item_logits(logits: torch.Tensor, item: ForwardItem, eos_token_ids: Collect
     if sampling.logit_bias:
         rows = apply_logit_bias(rows, sampling.logit_bias)
     if sampling.min_tokens:
-        stops = set(sampling.stop_token_ids) | (set() if sampling.ignore_eos else set(eos_token_ids))
-        rows = forbid_early_stops(
-            rows, tree.parents, item.state.num_output, sampling.min_tokens, sorted(stops)
-        )
+        stops = sorted(sampling.stop_ids(eos_token_ids))
+        rows = forbid_early_stops(rows, tree.parents, item.state.num_output, sampling.min_tokens, stops)
     if not sampling.penalties.active:
         return rows
     state = item.state

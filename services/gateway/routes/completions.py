@@ -76,7 +76,6 @@ async def _stream(
     run: GenerationRun, events: AsyncGenerator[Event, None], include_usage: bool, logprobs: bool
 ) -> AsyncIterator[bytes]:
     texts = run.state.tokenizer.token_texts
-    sent = [0] * len(run.jobs)  # characters sent per choice: where the next delta's text starts
 
     def chunk(choice: CompletionChoice, meta: MetaInfo | None = None) -> bytes:
         return sse_chunk(
@@ -86,11 +85,9 @@ async def _stream(
     try:
         async for event in events:
             if isinstance(event, TextDelta):
-                start = sent[event.index]
-                sent[event.index] += len(event.text)
                 lp = None
                 if logprobs:
-                    lp = completion_logprobs(texts, event.logprobs, [start] * len(event.logprobs))
+                    lp = completion_logprobs(texts, event.logprobs, [event.offset] * len(event.logprobs))
                 yield chunk(CompletionChoice(index=event.index, text=event.text, logprobs=lp))
             else:
                 choice = CompletionChoice(index=event.index, text="", finish_reason=event.finish_reason)
