@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from treespec.gateway.errors import APIError
@@ -97,7 +98,25 @@ def sampling_params(body: SamplingFields, max_new_tokens: int, index: int) -> ve
             setattr(params, name, value)
     for token, amount in (body.logit_bias or {}).items():
         params.logit_bias[int(token)] = amount
+    if body.constraint is not None:
+        params.constraint.CopyFrom(output_constraint(*body.constraint))
     return params
+
+
+def output_constraint(kind: str, value: object) -> verifier_pb2.OutputConstraint:
+    """The wire's form of a structured-output request: a schema travels as JSON text."""
+    if kind == "json_schema":
+        text = value if isinstance(value, str) else json.dumps(value)
+        return verifier_pb2.OutputConstraint(json_schema=text)
+    if kind == "json_object":
+        return verifier_pb2.OutputConstraint(json_object=True)
+    if kind == "choice":
+        assert isinstance(value, list)
+        return verifier_pb2.OutputConstraint(choice=verifier_pb2.ChoiceList(choices=value))
+    assert isinstance(value, str)
+    if kind == "regex":
+        return verifier_pb2.OutputConstraint(regex=value)
+    return verifier_pb2.OutputConstraint(grammar=value)
 
 
 def speculation_params(body: SamplingFields) -> verifier_pb2.SpeculationParams:

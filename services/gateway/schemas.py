@@ -1,10 +1,11 @@
 """OpenAI request bodies for /v1/chat/completions and /v1/completions (pydantic v2, strict).
 
 Unknown fields are refused (OpenAI: "Unrecognized request argument supplied"); fields that OpenAI
-knows but treespec does not implement (tools, response_format, ...) are accepted only at their
-neutral value, else refused as unsupported. Extensions after vLLM and SGLang: top_k, min_p,
-repetition_penalty, min_tokens, ignore_eos, stop_token_ids, include_stop_str_in_output,
-skip_special_tokens, and a per-request `speculation` object. A null
+knows but treespec does not implement (tools, ...) are accepted only at their neutral value, else
+refused as unsupported. Structured output: OpenAI's `response_format` (json_object, json_schema) and
+vLLM's guided_json, guided_regex, guided_choice and guided_grammar, one at a time. Extensions after
+vLLM and SGLang: top_k, min_p, repetition_penalty, min_tokens, ignore_eos, stop_token_ids,
+include_stop_str_in_output, skip_special_tokens, and a per-request `speculation` object. A null
 stands for the field's default, as in OpenAI; text with a lone surrogate (valid JSON, not valid
 Unicode) is refused.
 """
@@ -35,6 +36,7 @@ MAX_CHOICES = 32  # prompts x n: the Generate calls one request may open
 MAX_TOKENS_LIMIT = 2**31 - 1
 MAX_REPETITION_PENALTY = 100.0  # far past any use; keeps the value finite
 MAX_LOGIT_BIAS = 1024  # tokens one request may bias
+MAX_GUIDED_CHOICES = 256
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 TOKEN_ID_MAX = 2**32 - 1
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -97,6 +99,38 @@ class SpeculationOptions(BaseModel):
     num_draft_tokens: int | None = Field(default=None, ge=1, le=1024)
 
 
+class JsonSchemaFormat(BaseModel):
+    """OpenAI's `response_format.json_schema`: a name, and the schema the output must follow."""
+
+    model_config = _STRICT
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    model_config = _STRICT
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_with_its_type(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise PydanticCustomError(
+                "missing", "'response_format.json_schema' is required when its type is 'json_schema'"
+            )
+        if self.type != "json_schema" and self.json_schema is not None:
+            raise PydanticCustomError(
+                "invalid_value", "'response_format.json_schema' is only allowed with type 'json_schema'"
+            )
+        return self
+
+
+# What the output must match: (kind, value), kind a field of the wire's OutputConstraint.
+Constraint = tuple[Literal["json_schema", "json_object", "regex", "choice", "grammar"], Any]
+
+
 class SamplingFields(BaseModel):
     """Fields common to both endpoints."""
 
@@ -124,6 +158,12 @@ class SamplingFields(BaseModel):
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     logit_bias: dict[str, float] | None = Field(default=None, max_length=MAX_LOGIT_BIAS)
+    # Structured output: OpenAI's, and vLLM's guided decoding (at most one of them).
+    response_format: ResponseFormat | None = None
+    guided_json: dict[str, Any] | UnicodeText | None = None
+    guided_regex: UnicodeText | None = Field(default=None, min_length=1)
+    guided_choice: list[UnicodeText] | None = Field(default=None, min_length=1, max_length=MAX_GUIDED_CHOICES)
+    guided_grammar: UnicodeText | None = Field(default=None, min_length=1)
     _defaults_for_null = field_validator(
         "n", "stream", "ignore_eos", "include_stop_str_in_output", "skip_special_tokens", mode="before"
     )(_null_is_default)
@@ -135,6 +175,46 @@ class SamplingFields(BaseModel):
                 "stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled."
             )
         return self
+
+    @model_validator(mode="after")
+    def _one_constraint(self) -> SamplingFields:
+        given = [name for name, _ in self._constraints()]
+        if len(given) > 1:
+            raise PydanticCustomError(
+                "invalid_value",
+                "only one of {names} may be given",
+                {"names": ", ".join(f"'{n}'" for n in given)},
+            )
+        if self.guided_choice is not None and not all(self.guided_choice):
+            raise PydanticCustomError("invalid_value", "'guided_choice' must not hold an empty string")
+        return self
+
+    def _constraints(self) -> list[tuple[str, Constraint]]:
+        """(field name, constraint) for each structured-output field that asks for one."""
+        found: list[tuple[str, Constraint]] = []
+        fmt = self.response_format
+        if fmt is not None and fmt.json_schema is not None:
+            schema = fmt.json_schema.schema_
+            found.append(
+                ("response_format", ("json_object", True) if schema is None else ("json_schema", schema))
+            )
+        elif fmt is not None and fmt.type == "json_object":
+            found.append(("response_format", ("json_object", True)))
+        if self.guided_json is not None:
+            found.append(("guided_json", ("json_schema", self.guided_json)))
+        if self.guided_regex is not None:
+            found.append(("guided_regex", ("regex", self.guided_regex)))
+        if self.guided_choice is not None:
+            found.append(("guided_choice", ("choice", self.guided_choice)))
+        if self.guided_grammar is not None:
+            found.append(("guided_grammar", ("grammar", self.guided_grammar)))
+        return found
+
+    @property
+    def constraint(self) -> Constraint | None:
+        """What the output must match (structured output); None: free text."""
+        found = self._constraints()
+        return found[0][1] if found else None
 
     @field_validator("logit_bias")
     @classmethod
@@ -241,7 +321,6 @@ class ChatCompletionRequest(SamplingFields):
     tool_choice: str | dict[str, Any] | None = None
     functions: list[Any] | None = None
     function_call: str | dict[str, Any] | None = None
-    response_format: dict[str, Any] | None = None
     modalities: list[str] | None = None
     audio: dict[str, Any] | None = None
     prediction: dict[str, Any] | None = None
@@ -251,7 +330,6 @@ class ChatCompletionRequest(SamplingFields):
         "tool_choice",
         "functions",
         "function_call",
-        "response_format",
         "modalities",
         "audio",
         "prediction",

@@ -95,6 +95,10 @@ class CommitStage:
         assert item.tree is not None
         state.kv_len += len(acceptance.path) if item.is_decode else item.num_new
         emitted, finish = self.stop_rules.cut(state, acceptance.emitted_tokens(item.tree.tokens))
+        if state.grammar is not None:
+            end = state.grammar.advance(emitted)
+            if end is not None:  # the output is complete (or, by a bug, off its grammar)
+                emitted, finish = emitted[: end + 1], FinishReason.STOP
         state.tokens.extend(emitted)
         if item.is_decode:
             state.stats.record_step(

@@ -27,6 +27,9 @@ from treespec.verifier.commit_stage import CommitStage, StopRules
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.draft_stage import DraftStage
 from treespec.verifier.forward_stage import ForwardStage
+from treespec.verifier.grammar.compiler import GrammarCompiler
+from treespec.verifier.grammar.constraint import OutputConstraint
+from treespec.verifier.grammar.matcher import GrammarState
 from treespec.verifier.request import (
     FinishReason,
     GenerationRequest,
@@ -90,6 +93,7 @@ class Engine:
         self._verify_cost = self._node_cost_model()
         eos = set(mc.eos_token_ids) | _generation_eos(config.model_path)
         self.eos_token_ids: frozenset[int] = frozenset(eos)
+        self.grammars = GrammarCompiler(config.model_path, mc.vocab_size, self.eos_token_ids)
         self._commit = CommitStage(self.cache, StopRules(eos, self.context_length), drafter, self.stats)
         self._inbox: queue.SimpleQueue[RequestState | _Abort] = queue.SimpleQueue()
         self._states: dict[str, RequestState] = {}
@@ -103,12 +107,18 @@ class Engine:
         request.sampling.validate()
         speculation.validate()
         self._check_prompt(request)
+        grammar = self._grammar(request.sampling.constraint)
         seed = request.sampling.seed
         generator = None if request.sampling.greedy else torch.Generator(self.model.device)
         if generator is not None:
             generator.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, ()).item()))
         state = RequestState(
-            request, speculation, next(self._arrivals), list(request.prompt_ids), generator=generator
+            request,
+            speculation,
+            next(self._arrivals),
+            list(request.prompt_ids),
+            generator=generator,
+            grammar=grammar,
         )
         self._inbox.put(state)
 
@@ -228,6 +238,17 @@ class Engine:
             raise InvalidRequestError(f"prompt token ids must be in [0, {vocab})")
         if any(not 0 <= t < vocab for t, _ in request.sampling.logit_bias):
             raise InvalidRequestError(f"logit_bias token ids must be in [0, {vocab})")
+
+    def compile_constraint(self, constraint: OutputConstraint | None) -> None:
+        """Compile a structured-output constraint now (cached; raises InvalidRequestError), so that
+        `add_request` finds it ready: a server calls this off its event loop first."""
+        if constraint is not None:
+            self.grammars.compile(constraint)
+
+    def _grammar(self, constraint: OutputConstraint | None) -> GrammarState | None:
+        if constraint is None:
+            return None
+        return GrammarState(self.grammars.compile(constraint), self.model.config.vocab_size)
 
     def _drain_inbox(self) -> list[RequestOutput]:
         outputs: list[RequestOutput] = []

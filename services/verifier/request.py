@@ -11,6 +11,7 @@ from treespec.kernels.logprobs import TokenLogprobs
 from treespec.kernels.penalties import Penalties
 from treespec.shared.drafting.token_tree import TreeBudget
 from treespec.shared.rpc.limits import MAX_TOP_LOGPROBS
+from treespec.verifier.grammar.constraint import OutputConstraint
 from treespec.verifier.stats import SpecStats
 
 
@@ -41,11 +42,18 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, amount in [-100, 100]) pairs
     min_tokens: int = 0  # no stop token (EOS, stop_token_ids) before this many output tokens
+    constraint: OutputConstraint | None = None  # structured output: what the output must match
 
     @property
     def adjusts_logits(self) -> bool:
-        """Whether the sampling distribution is not the logits' own (bias, min_tokens, penalties)."""
-        return bool(self.logit_bias) or self.penalties.active or self.min_tokens > 0
+        """Whether the sampling distribution is not the logits' own (bias, min_tokens, penalties,
+        a constraint)."""
+        return (
+            bool(self.logit_bias)
+            or self.penalties.active
+            or self.min_tokens > 0
+            or self.constraint is not None
+        )
 
     def stop_ids(self, eos_token_ids: Collection[int]) -> frozenset[int]:
         """The tokens that end this request: its stop token ids, and EOS unless it ignores EOS."""

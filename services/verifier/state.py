@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from treespec.kernels.logprobs import TokenLogprobs
+from treespec.verifier.grammar.matcher import GrammarState
 from treespec.verifier.request import FinishReason, GenerationRequest, SpeculationParams
 from treespec.verifier.stats import SpecStats
 
@@ -37,6 +38,7 @@ class RequestState:
     # Prompt log-probabilities read so far (when the request asked for them), until the first output.
     prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)
     prompt_logprobs_upto: int = 1  # the next prompt position whose token needs its log-probability
+    grammar: GrammarState | None = None  # structured output: where the output stands in its grammar
 
     @property
     def request_id(self) -> str:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from treespec.kernels.acceptance import Acceptance, accept_greedy, accept_sampling
+from treespec.kernels.allowed_tokens import mask_disallowed
 from treespec.kernels.coupled_sampling import accept_coupled
 from treespec.kernels.logit_bias import apply_logit_bias
 from treespec.kernels.logits_processing import probs_from_logits
@@ -81,9 +82,19 @@ def _sampling_probs(
 
 def _item_logits(logits: torch.Tensor, item: ForwardItem, eos_token_ids: Collection[int]) -> torch.Tensor:
     """The item's tree rows, with its request's logit bias and min_tokens, then its penalties, each
-    for the row's own path (as vLLM orders them)."""
+    for the row's own path (as vLLM orders them), then its grammar's mask."""
     tree = _tree(item)
-    rows = logits[item.logits_start : item.logits_start + tree.num_nodes]
+    raw = logits[item.logits_start : item.logits_start + tree.num_nodes]
+    rows = _adjusted(raw, item, eos_token_ids)
+    grammar = item.state.grammar
+    if grammar is None:
+        return rows
+    allowed = grammar.allowed(tree.tokens.tolist(), tree.parents.tolist())
+    return mask_disallowed(rows, allowed, raw)
+
+
+def _adjusted(rows: torch.Tensor, item: ForwardItem, eos_token_ids: Collection[int]) -> torch.Tensor:
+    tree = _tree(item)
     sampling = item.state.request.sampling
     if sampling.logit_bias:
         rows = apply_logit_bias(rows, sampling.logit_bias)

@@ -15,6 +15,10 @@ from tests.services.gateway_stack import CHAT, HI, KEY, MODEL, Service, chat_bod
 pytestmark = pytest.mark.slow
 
 
+def _schema_format(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+
+
 def _deep(levels: int) -> bytes:
     return b'{"model": "m", "messages": ' + b"[" * levels + b"]" * levels + b"}"
 
@@ -52,7 +56,22 @@ DONE_CASES: dict[str, tuple[str, dict[str, Any], int]] = {
     "top_logprobs without logprobs": (CHAT, {"json": chat_body(top_logprobs=2)}, 400),
     "top_logprobs=21": (CHAT, {"json": chat_body(logprobs=True, top_logprobs=21)}, 400),
     "tools": (CHAT, {"json": chat_body(tools=[{"type": "function", "function": {"name": "f"}}])}, 400),
-    "json schema output": (CHAT, {"json": chat_body(response_format={"type": "json_schema"})}, 400),
+    "json_schema without its schema": (
+        CHAT,
+        {"json": chat_body(response_format={"type": "json_schema"})},
+        400,
+    ),
+    "a schema that does not compile": (
+        CHAT,
+        {"json": chat_body(response_format=_schema_format({"type": "nonsense"}))},
+        400,
+    ),
+    "a regex that does not compile": (CHAT, {"json": chat_body(guided_regex="[a-")}, 400),
+    "two structured outputs": (
+        CHAT,
+        {"json": chat_body(response_format={"type": "json_object"}, guided_choice=["a"])},
+        400,
+    ),
     "presence penalty beyond 2": (CHAT, {"json": chat_body(presence_penalty=3.0)}, 400),
     "repetition penalty 0": (CHAT, {"json": chat_body(repetition_penalty=0)}, 400),
     "logit bias on a token beyond the vocabulary": (CHAT, {"json": chat_body(logit_bias={"999999": 1})}, 400),

@@ -10,6 +10,7 @@ from google.protobuf.message import Message
 from treespec.kernels.logprobs import TokenLogprobs
 from treespec.v1 import verifier_pb2 as pb
 from treespec.verifier.engine import Engine
+from treespec.verifier.grammar.constraint import ConstraintKind, OutputConstraint
 from treespec.verifier.request import (
     FinishReason,
     GenerationRequest,
@@ -68,7 +69,20 @@ def sampling_params(msg: pb.SamplingParams) -> SamplingParams:
         repetition_penalty=_get(msg, "repetition_penalty", d.repetition_penalty),
         logit_bias=tuple(sorted(msg.logit_bias.items())),
         min_tokens=_get(msg, "min_tokens", d.min_tokens),
+        constraint=output_constraint(msg.constraint) if msg.HasField("constraint") else None,
     )
+
+
+def output_constraint(msg: pb.OutputConstraint) -> OutputConstraint | None:
+    """None for a message with no kind set (or `json_object: false`): free text."""
+    kind = msg.WhichOneof("kind")
+    if kind is None or (kind == "json_object" and not msg.json_object):
+        return None
+    if kind == "choice":
+        return OutputConstraint(ConstraintKind.CHOICE, choices=tuple(msg.choice.choices))
+    if kind == "json_object":
+        return OutputConstraint(ConstraintKind.JSON_OBJECT)
+    return OutputConstraint(ConstraintKind(kind), spec=getattr(msg, kind))
 
 
 def speculation_params(msg: pb.SpeculationParams, defaults: SpeculationParams) -> SpeculationParams:

@@ -114,6 +114,9 @@ class EngineLoop:
 
     async def submit(self, request: GenerationRequest) -> OutputStream:
         """Queue `request` (validation errors raise here) and return its outputs' stream."""
+        # A constraint compiles off the event loop (a large schema may take a while); cached for
+        # add_request below. An invalid one raises here.
+        await asyncio.to_thread(self.engine.compile_constraint, request.sampling.constraint)
         loop = asyncio.get_running_loop()
         rid = request.request_id
         route = _Route(loop, asyncio.Queue(), len(request.prompt_ids), time.monotonic())

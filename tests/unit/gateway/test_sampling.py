@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from treespec.gateway.errors import APIError
@@ -125,3 +127,49 @@ def test_channel_targets() -> None:
     assert channel_target(["[::1]:1", "[::2]:2"]) == "ipv6:[::1]:1,[::2]:2"
     with pytest.raises(ValueError, match="IP addresses"):
         channel_target(["a:1", "b:2"])
+
+
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}}
+
+
+@pytest.mark.parametrize(
+    ("fields", "kind", "value"),
+    [
+        ({"response_format": {"type": "json_object"}}, "json_object", True),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": SCHEMA}}},
+            "json_schema",
+            SCHEMA,
+        ),
+        # A json_schema format without its schema: any JSON object, as OpenAI's own.
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "n"}}}, "json_object", True),
+        ({"guided_json": SCHEMA}, "json_schema", SCHEMA),
+        ({"guided_json": '{"type": "string"}'}, "json_schema", {"type": "string"}),
+        ({"guided_regex": "[0-9]+"}, "regex", "[0-9]+"),
+        ({"guided_choice": ["a", "b c"]}, "choice", ["a", "b c"]),
+        ({"guided_grammar": 'root ::= "x"'}, "grammar", 'root ::= "x"'),
+    ],
+)
+def test_structured_output_reaches_the_verifier(fields: dict[str, object], kind: str, value: object) -> None:
+    for body in (
+        ChatCompletionRequest.model_validate(
+            {"model": "m", "messages": [{"role": "user", "content": "x"}], **fields}
+        ),
+        CompletionRequest.model_validate({"model": "m", "prompt": "x", **fields}),
+    ):
+        (job,) = choice_jobs(body, [[1, 2]], 4, INFO, "x")
+        constraint = job.request.sampling.constraint
+        assert constraint.WhichOneof("kind") == kind
+        got = getattr(constraint, kind)
+        if kind == "json_schema":
+            got = json.loads(got)
+        elif kind == "choice":
+            got = list(got.choices)
+        assert got == value
+
+
+def test_free_text_sends_no_constraint() -> None:
+    for fields in ({}, {"response_format": {"type": "text"}}):
+        body = CompletionRequest.model_validate({"model": "m", "prompt": "x", **fields})
+        (job,) = choice_jobs(body, [[1, 2]], 4, INFO, "x")
+        assert not job.request.sampling.HasField("constraint")
