@@ -71,6 +71,7 @@ class ChoiceEnd:
     finish_reason: str  # "stop" or "length"
     completion_tokens: int
     spec: SpecFigures | None  # None when a stop string cut the generation short
+    cached_tokens: int = 0  # prompt tokens the verifier found in its prefix cache (0: unknown)
 
 
 Event = TextDelta | ChoiceEnd
@@ -157,5 +158,6 @@ def _choice_end(index: int, chunk: verifier_pb2.GenerateChunk, count: int) -> Ch
     if reason is None:
         raise verifier_unavailable("the request was aborted (the model server is shutting down)")
     completion_tokens = chunk.usage.completion_tokens if chunk.HasField("usage") else count
+    cached = chunk.usage.cached_prompt_tokens if chunk.HasField("usage") else 0
     spec = SpecFigures.from_proto(chunk.speculation) if chunk.HasField("speculation") else None
-    return ChoiceEnd(index, reason, completion_tokens, spec)
+    return ChoiceEnd(index, reason, completion_tokens, spec, cached)

@@ -7,8 +7,9 @@ from treespec.gateway.responses import MetaInfo, Usage
 
 
 class Outcome:
-    def __init__(self, num_choices: int, prompt_tokens: int) -> None:
+    def __init__(self, num_choices: int, prompt_tokens: int, choices_per_prompt: int = 1) -> None:
         self.prompt_tokens = prompt_tokens  # every prompt once, however many choices it has
+        self.choices_per_prompt = choices_per_prompt  # prompt p's choices: p * n ... p * n + n - 1
         self._texts: list[list[str]] = [[] for _ in range(num_choices)]
         self._logprobs: list[list[tuple[TokenLogprob, int]]] = [[] for _ in range(num_choices)]
         self._ends: dict[int, ChoiceEnd] = {}
@@ -39,8 +40,17 @@ class Outcome:
         return sum(end.completion_tokens for end in self._ends.values())
 
     @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens found in the prefix cache, each prompt counted once (its best choice)."""
+        best: dict[int, int] = {}
+        for index, end in self._ends.items():
+            prompt = index // self.choices_per_prompt
+            best[prompt] = max(best.get(prompt, 0), end.cached_tokens)
+        return sum(best.values())
+
+    @property
     def usage(self) -> Usage:
-        return Usage.of(self.prompt_tokens, self.completion_tokens)
+        return Usage.of(self.prompt_tokens, self.completion_tokens, self.cached_tokens)
 
     @property
     def spec(self) -> SpecFigures | None:

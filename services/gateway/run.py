@@ -45,7 +45,7 @@ class GenerationRun:
             check_prompt(prompt_ids, info, "messages" if operation == "chat" else "prompt")
         response_id = f"{id_prefix}-{uuid.uuid4().hex}"
         jobs = choice_jobs(body, prompts, token_limit, info, response_id, echoes)
-        outcome = Outcome(len(jobs), sum(len(p) for p in prompts))
+        outcome = Outcome(len(jobs), sum(len(p) for p in prompts), body.n)
         observation = Observation(state.metrics, state.tracer, operation, body, token_limit, response_id)
         return cls(response_id, int(time.time()), body.model, jobs, outcome, observation, state)
 

@@ -118,6 +118,7 @@ class CommitStage:
             stats=state.stats if finish is not None else None,
             logprobs=_logprobs(verdict, emitted, result),
             prompt_logprobs=_take_prompt_logprobs(state),
+            num_cached_tokens=state.cached_tokens if finish is not None else 0,
         )
 
     def _tell_drafter(self, request_id: str, tokens: list[int], features: FeatureSlots | None) -> None:

@@ -30,6 +30,7 @@ from treespec.verifier.forward_stage import ForwardStage
 from treespec.verifier.grammar.compiler import GrammarCompiler
 from treespec.verifier.grammar.constraint import OutputConstraint
 from treespec.verifier.grammar.matcher import GrammarState
+from treespec.verifier.prefix_cache import PrefixCache
 from treespec.verifier.request import (
     FinishReason,
     GenerationRequest,
@@ -81,8 +82,13 @@ class Engine:
             mc, config.num_blocks, config.page_size, self.model.dtype, self.model.device
         )
         self.allocator = BlockAllocator(config.num_blocks)
+        self.prefix_cache = PrefixCache(self.allocator, config.page_size) if config.prefix_caching else None
         self.scheduler = Scheduler(
-            self.allocator, config.page_size, config.max_running_requests, config.chunked_prefill_size
+            self.allocator,
+            config.page_size,
+            config.max_running_requests,
+            config.chunked_prefill_size,
+            self.prefix_cache,
         )
         self.drafter = drafter
         self.stats = SpecStats()
@@ -133,6 +139,9 @@ class Engine:
     def step(self) -> list[RequestOutput]:
         self.last_step = None
         outputs = self._drain_inbox()
+        # A drafter that reads the target's features (EAGLE) needs them for every prompt position, which
+        # a cached prefix would skip; a co-located one may attach at any time.
+        self.scheduler.reuse_prefixes = self.drafter is None or self.drafter.feature_ring is None
         batch = self.scheduler.schedule()
         if batch.empty:
             return outputs
@@ -156,6 +165,8 @@ class Engine:
                 self._finish(self._states[out.request_id])
             else:
                 self.scheduler.trim(self._states[out.request_id])
+        for state in self.scheduler.running:
+            self.scheduler.cache_committed(state)
         self.last_step = StepTimes(time.perf_counter() - step_start, draft_s)
         self.timings.add(self.last_step)
         return outputs
@@ -209,6 +220,8 @@ class Engine:
         writes into the pool's first slots)."""
         if self.num_free_blocks != self.allocator.num_blocks:
             raise RuntimeError("the verify cost is measured on an idle engine only")
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
         return measure_verify_cost(self.model, self._forward.backend, self.cache, tree_nodes)
 
     @property
@@ -259,7 +272,15 @@ class Engine:
                 if state is not None:
                     state.finish_reason = FinishReason.ABORT
                     self._finish(state)
-                    outputs.append(RequestOutput(state.request_id, [], FinishReason.ABORT, state.num_prompt))
+                    outputs.append(
+                        RequestOutput(
+                            state.request_id,
+                            [],
+                            FinishReason.ABORT,
+                            state.num_prompt,
+                            num_cached_tokens=state.cached_tokens,
+                        )
+                    )
             elif item.request_id in self._states:
                 log.warning("duplicate request id %s ignored", item.request_id)
             else:

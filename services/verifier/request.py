@@ -160,6 +160,7 @@ class RequestOutput:
     logprobs: TokenLogprobs | None = None  # one row per token id, when the request asked for them
     # On the request's first output, when asked for: one row per prompt token from the second on.
     prompt_logprobs: TokenLogprobs | None = None
+    num_cached_tokens: int = 0  # on the finishing output: prompt tokens found in the prefix cache
 
     @property
     def finished(self) -> bool:

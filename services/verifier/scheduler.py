@@ -6,6 +6,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from treespec.shared.model.kv_cache import BlockAllocator, OutOfBlocksError
+from treespec.verifier.prefix_cache import PrefixCache
 from treespec.verifier.state import Phase, RequestState
 
 
@@ -36,6 +37,8 @@ class Scheduler:
     block_size: int
     max_running: int
     chunk_tokens: int
+    prefix_cache: PrefixCache | None = None  # None: every prompt is computed from its start
+    reuse_prefixes: bool = True  # admit requests from cached prefixes (registering goes on regardless)
     waiting: deque[RequestState] = field(default_factory=deque)
     running: list[RequestState] = field(default_factory=list)
 
@@ -51,8 +54,16 @@ class Scheduler:
         self.release(state)
 
     def release(self, state: RequestState) -> None:
+        """Return the request's blocks (its committed full blocks stay cached for later requests)."""
+        self.cache_committed(state)
         self.allocator.free(state.blocks)
         state.blocks = []
+        state.prefix_chain = []
+
+    def cache_committed(self, state: RequestState) -> None:
+        """Offer the request's full blocks of committed K/V to the prefix cache."""
+        if self.prefix_cache is not None and state.blocks:
+            self.prefix_cache.register(state.tokens, state.blocks, state.kv_len, state.prefix_chain)
 
     def trim(self, state: RequestState) -> None:
         """Free blocks past the committed K/V (the scratch slots of rejected tree nodes)."""
@@ -72,10 +83,16 @@ class Scheduler:
                 prefills.append(work)
                 budget -= work.length
         while self.waiting and budget > 0 and len(self.running) < self.max_running:
+            found = self._reuse_prefix(self.waiting[0])
             work = self._prefill_chunk(self.waiting[0], budget)
             if work is None:
+                self._unshare_prefix(self.waiting[0])
                 break
             state = self.waiting.popleft()
+            if self.prefix_cache is not None:
+                self.prefix_cache.record(len(state.tokens) - 1, found)
+            if state.num_output == 0:
+                state.cached_tokens = found
             state.phase = Phase.RUNNING
             self.running.append(state)
             prefills.append(work)
@@ -96,6 +113,25 @@ class Scheduler:
             else:
                 decodes.append(state)
         return [s for s in decodes if s.phase is Phase.RUNNING]
+
+    def _reuse_prefix(self, state: RequestState) -> int:
+        """Start a request being admitted from the cached blocks of its longest cached prefix; the
+        tokens found. Its last token is always computed (its logits are the next token's). A request
+        that asked for its prompt's log-probabilities computes every prompt row."""
+        cache = self.prefix_cache
+        if not self.reuse_prefixes or cache is None or state.blocks:
+            return 0
+        if state.request.sampling.prompt_logprobs is not None:
+            return 0
+        state.blocks, state.prefix_chain = cache.match(state.tokens, len(state.tokens) - 1)
+        state.kv_len = len(state.blocks) * self.block_size
+        return state.kv_len
+
+    def _unshare_prefix(self, state: RequestState) -> None:
+        """A request that could not be admitted after all gives its shared blocks back."""
+        if state.blocks:
+            self.allocator.free(state.blocks)
+            state.blocks, state.prefix_chain, state.kv_len = [], [], 0
 
     def _prefill_chunk(self, state: RequestState, budget: int) -> PrefillWork | None:
         length = min(state.prefill_remaining, budget)

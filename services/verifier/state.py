@@ -39,6 +39,9 @@ class RequestState:
     prompt_logprobs: list[TokenLogprobs] = field(default_factory=list)
     prompt_logprobs_upto: int = 1  # the next prompt position whose token needs its log-probability
     grammar: GrammarState | None = None  # structured output: where the output stands in its grammar
+    # Prefix caching: the key ids of the leading blocks that are cached (shared or registered).
+    prefix_chain: list[int] = field(default_factory=list)
+    cached_tokens: int = 0  # prompt tokens found in the prefix cache when the request was admitted
 
     @property
     def request_id(self) -> str:

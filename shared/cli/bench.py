@@ -32,6 +32,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     _eagle_arguments(eagle)
     eagle.set_defaults(handler=_eagle)
+    prefix = verbs.add_parser(
+        "prefix", help="a conversation's second turn with prefix caching vs without (CPU, batch 1)"
+    )
+    _engine_arguments(prefix)
+    prefix.set_defaults(handler=_prefix)
     serve = verbs.add_parser("serve", help="HTTP streaming through the services vs the in-process engine")
     _serve_arguments(serve)
     serve.set_defaults(handler=_serve)
@@ -114,6 +119,12 @@ def _ngram(ns: argparse.Namespace) -> int:
 
 def _eagle(ns: argparse.Namespace) -> int:
     from treespec.bench.eagle_bench import run
+
+    return run(ns)
+
+
+def _prefix(ns: argparse.Namespace) -> int:
+    from treespec.bench.prefix_bench import run
 
     return run(ns)
 

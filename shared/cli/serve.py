@@ -16,6 +16,7 @@ from treespec.shared.cli.arg_types import port, positive_int
 from treespec.shared.cli.ngram_flags import option_arguments
 from treespec.shared.cli.plugin_flags import add_plugin_arguments, check_plugin_options, plugin_options
 from treespec.shared.cli.speculation_flags import add_budget_arguments, default_budget, resolve_budget
+from treespec.shared.cli.verifier import add_prefix_caching_argument
 from treespec.shared.launcher.health import grpc_serving, http_ok
 from treespec.shared.launcher.ports import free_port
 from treespec.shared.launcher.process import ServiceProcess
@@ -44,6 +45,7 @@ class ServeConfig:
     served_model_name: str | None
     verifier_metrics_port: int | None
     drafter_options: dict[str, Any] = field(default_factory=dict)  # plugin options (NGRAM flags)
+    prefix_caching: bool = True
     node_cost: float | None = None  # None: the verifier measures it
     tree_cost: float | None = None  # with node_cost only
     # For COLOCATED_ALGORITHMS: the verifier's co-location socket, in a private (0700) directory.
@@ -108,6 +110,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--draft-deadline-ms", type=positive_int, default=50)
     p.add_argument("--api-key", action="append", default=[], help="accepted API key (repeatable)")
     p.add_argument("--served-model-name", default=None)
+    add_prefix_caching_argument(p)
     add_plugin_arguments(p)
     p.set_defaults(handler=_run)
 
@@ -135,6 +138,7 @@ def _run(ns: argparse.Namespace) -> int:
         api_keys=tuple(ns.api_key),
         served_model_name=ns.served_model_name,
         verifier_metrics_port=ns.verifier_metrics_port,
+        prefix_caching=not ns.disable_prefix_caching,
         drafter_options=options,
         node_cost=budget.node_cost,
         tree_cost=budget.tree_cost,
@@ -181,6 +185,8 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
         verifier += ["--metrics-port", str(c.verifier_metrics_port)]
     if c.served_model_name:
         verifier += ["--served-model-name", c.served_model_name]
+    if not c.prefix_caching:
+        verifier += ["--disable-prefix-caching"]
     verifier_process = ServiceProcess("verifier", verifier, lambda: grpc_serving(verifier_address))
     out.insert(0 if c.colocated else len(out), verifier_process)  # a co-located drafter needs its socket
     gateway = [

@@ -58,6 +58,17 @@ def _engine_arguments(p: argparse.ArgumentParser) -> None:
         "--chunked-prefill-size", type=positive_int, help="prompt tokens per engine step (default: 512)"
     )
     p.add_argument("--context-length", type=positive_int, help="default: the model's")
+    add_prefix_caching_argument(p)
+
+
+def add_prefix_caching_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--disable-prefix-caching",
+        "--disable-radix-cache",
+        action="store_true",
+        help="compute every prompt from its start (default: reuse the K/V of cached prompt prefixes, "
+        "except while an EAGLE drafter reads the target's features)",
+    )
 
 
 def _speculation_arguments(p: argparse.ArgumentParser) -> None:
@@ -130,6 +141,7 @@ def config_from_args(ns: argparse.Namespace) -> VerifierServerConfig:
         speculation=speculation,
         node_cost=budget.node_cost,
         tree_cost=budget.tree_cost or 0.0,
+        prefix_caching=not ns.disable_prefix_caching,
         **given,
     )
     return VerifierServerConfig(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -52,11 +54,18 @@ class BlockAllocator:
 
     The free blocks form a min-heap: a request gets the lowest free ids, so while the pool is not
     fragmented its blocks are one ascending run, which attention reads as a view instead of a gather.
+
+    A block may be `retain`ed (the prefix cache keeps its K/V for later requests): when its last owner
+    frees it, it goes idle instead of free. Idle blocks count as free; they are handed out only when
+    no free block is left, least recently idle first, and `on_evict` is told before one is reused.
     """
 
     num_blocks: int
+    on_evict: Callable[[int], None] | None = None
     _free: list[int] = field(init=False)  # a heap
     _refs: list[int] = field(init=False)
+    _retained: set[int] = field(init=False, default_factory=set)
+    _idle: OrderedDict[int, None] = field(init=False, default_factory=OrderedDict)  # oldest first
 
     def __post_init__(self) -> None:
         self._free = list(range(self.num_blocks))  # ascending: already a heap
@@ -64,25 +73,53 @@ class BlockAllocator:
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        return len(self._free) + len(self._idle)
+
+    @property
+    def num_idle(self) -> int:
+        return len(self._idle)
 
     def allocate(self, n: int) -> list[int]:
-        if n > len(self._free):
-            raise OutOfBlocksError(f"need {n} KV blocks, {len(self._free)} free")
-        blocks = [heapq.heappop(self._free) for _ in range(n)]
+        if n > self.num_free:
+            raise OutOfBlocksError(f"need {n} KV blocks, {self.num_free} free")
+        blocks = [heapq.heappop(self._free) for _ in range(min(n, len(self._free)))]
+        while len(blocks) < n:
+            blocks.append(self._evict_oldest())
         for b in blocks:
             self._refs[b] = 1
         return blocks
 
     def share(self, blocks: list[int]) -> None:
-        """Another owner holds these blocks too (a shared prefix)."""
+        """Another owner holds these blocks too (a shared prefix); idle ones are owned again."""
         for b in blocks:
             self._refs[b] += 1
+            self._idle.pop(b, None)
 
     def free(self, blocks: list[int]) -> None:
-        for b in blocks:
+        """Drop one owner of each block. Retained blocks go idle last first, so that a cached
+        prefix is evicted from its end, not its start."""
+        for b in reversed(blocks):
             if self._refs[b] <= 0:
                 raise RuntimeError(f"KV block {b} freed twice")
             self._refs[b] -= 1
             if self._refs[b] == 0:
-                heapq.heappush(self._free, b)
+                if b in self._retained:
+                    self._idle[b] = None
+                else:
+                    heapq.heappush(self._free, b)
+
+    def retain(self, block: int) -> None:
+        """Keep this owned block's K/V when its owners free it (until it is evicted)."""
+        self._retained.add(block)
+
+    def drop_idle(self) -> None:
+        """Evict every idle block now (their K/V is about to be overwritten)."""
+        while self._idle:
+            heapq.heappush(self._free, self._evict_oldest())
+
+    def _evict_oldest(self) -> int:
+        block, _ = self._idle.popitem(last=False)
+        self._retained.discard(block)
+        if self.on_evict is not None:
+            self.on_evict(block)
+        return block

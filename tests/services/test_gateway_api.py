@@ -358,3 +358,20 @@ def test_round_robin_skips_a_dead_replica(model_path: Path, verifier: int) -> No
         statuses = [app.post(CHAT, json=chat_body(max_tokens=1)).status_code for _ in range(4)]
         assert app.get("/health").status_code == 200
     assert statuses == [200] * 4
+
+
+def test_a_repeated_prefix_is_reported_as_cached(client: openai.OpenAI) -> None:
+    system = "You answer questions about the solar system in one short sentence. " * 4
+    usages = []
+    for question in ("How many planets are there?", "Which planet is largest?"):
+        reply = client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "system", "content": system}, {"role": "user", "content": question}],
+            max_tokens=4,
+            temperature=0,
+        )
+        assert reply.usage is not None and reply.usage.prompt_tokens_details is not None
+        usages.append(reply.usage)
+    first, second = (u.prompt_tokens_details.cached_tokens or 0 for u in usages if u.prompt_tokens_details)
+    # The second request found the shared system prompt (whole KV blocks of it) computed by the first.
+    assert second >= first + 48 and second < usages[1].prompt_tokens

@@ -113,3 +113,27 @@ def test_the_tree_cost_flag_goes_with_a_node_cost(tmp_path: Path, capsys: pytest
     for command in (["serve"], ["verifier"], ["bench", "ngram"], ["bench", "eagle"]):
         assert _exit_code([*command, "--speculative-tree-cost", "0.1"]) == 2
         assert "--speculative-tree-cost needs --speculative-node-cost" in capsys.readouterr().err
+
+
+def test_prefix_caching_is_on_unless_disabled_through_serve_and_verifier(tmp_path: Path) -> None:
+    from treespec.shared.cli.main import build_parser
+    from treespec.shared.cli.serve import ServeConfig, services
+    from treespec.shared.cli.verifier import config_from_args
+
+    def engine_caches(*flags: str) -> bool:
+        ns = build_parser().parse_args(["verifier", "--model-path", str(tmp_path), *flags])
+        return config_from_args(ns).engine.prefix_caching
+
+    assert engine_caches()
+    assert not engine_caches("--disable-prefix-caching")
+    assert not engine_caches("--disable-radix-cache")  # SGLang's name
+    ns = build_parser().parse_args(["serve", "--model-path", str(tmp_path), "--disable-prefix-caching"])
+    assert ns.disable_prefix_caching
+    on = next(p for p in services(ServeConfig.on_free_ports(tmp_path, "NGRAM")) if p.name == "verifier")
+    assert "--disable-prefix-caching" not in on.argv
+    verifier = next(
+        p
+        for p in services(ServeConfig.on_free_ports(tmp_path, "NGRAM", prefix_caching=False))
+        if p.name == "verifier"
+    )
+    assert "--disable-prefix-caching" in verifier.argv

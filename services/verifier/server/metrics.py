@@ -25,6 +25,11 @@ class VerifierMetrics:
         )
         self.prompt_tokens = Counter(PREFIX + "prompt_tokens", "Prompt tokens processed.", registry=registry)
         self.output_tokens = Counter(PREFIX + "output_tokens", "Tokens generated.", registry=registry)
+        self.cached_prompt_tokens = Counter(
+            PREFIX + "cached_prompt_tokens",
+            "Prompt tokens whose K/V came from the prefix cache (of prompt_tokens).",
+            registry=registry,
+        )
         self.time_to_first_token = self._seconds(
             "time_to_first_token", "From submission to the first generated token."
         )
@@ -80,6 +85,7 @@ class VerifierMetrics:
         assert output.finish_reason is not None
         self.requests.labels(output.finish_reason.value).inc()
         self.prompt_tokens.inc(output.num_prompt_tokens)
+        self.cached_prompt_tokens.inc(output.num_cached_tokens)
         self.output_tokens.inc(record.num_output_tokens)
         if record.time_to_first_token_s is not None:
             self.time_to_first_token.observe(record.time_to_first_token_s)

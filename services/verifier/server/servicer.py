@@ -51,7 +51,9 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
                         continue
                     spans.describe_result(span, output, stream.num_output_tokens)
                     usage = pb.Usage(
-                        prompt_tokens=output.num_prompt_tokens, completion_tokens=stream.num_output_tokens
+                        prompt_tokens=output.num_prompt_tokens,
+                        completion_tokens=stream.num_output_tokens,
+                        cached_prompt_tokens=output.num_cached_tokens,
                     )
                     yield convert.generate_chunk(
                         output.token_ids,

@@ -1,0 +1,36 @@
+"""`treespec bench prefix` end to end on SmolLM2 with two prompts of its own: the table, the JSON keys,
+turn 2 found cached, and the same output with and without the cache."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from treespec.shared.cli.main import main
+
+pytestmark = pytest.mark.slow
+PROMPTS = [
+    {"question_id": 1, "category": "qa", "turns": ["Name three rivers in Europe."]},
+    {"question_id": 2, "category": "writing", "turns": ["Write two lines about rain on a window."]},
+]
+
+
+def test_bench_prefix_writes_its_figures(
+    smollm_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS))
+    out = tmp_path / "prefix.json"
+    argv = ["bench", "prefix", "--model", str(smollm_path), "--prompts", str(prompts)]
+    assert main([*argv, "--max-new-tokens", "12", "--threads", "2", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    assert set(figures["per_category"]) == {"qa", "writing"}
+    for key in ("prompt_tokens", "cached_tokens", "uncached_ttft_ms", "cached_ttft_ms", "ttft_speedup"):
+        assert key in figures and all(key in c for c in figures["per_category"].values())
+    # Turn 2 holds turn 1's prompt: at least its whole blocks are found.
+    assert figures["cached_tokens"] >= 16 * len(PROMPTS)
+    assert figures["cached_tokens"] < figures["prompt_tokens"]
+    assert figures["identical"] is True
+    assert "time to first token" in capsys.readouterr().out
