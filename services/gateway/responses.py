@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -60,7 +60,8 @@ class CompletionLogprobs(BaseModel):
 
 class ChatMessageOut(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    tool_calls: list[dict[str, Any]] | None = None  # OpenAI's shape: id, type "function", function
 
 
 class ChatChoice(BaseModel):
@@ -83,7 +84,7 @@ class ChatCompletion(BaseModel):
 
 class ChatChunkChoice(BaseModel):
     index: int
-    delta: dict[str, str]
+    delta: dict[str, Any]
     logprobs: ChatLogprobs | None = None
     finish_reason: str | None = None
 

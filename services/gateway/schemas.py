@@ -1,9 +1,10 @@
 """OpenAI request bodies for /v1/chat/completions and /v1/completions (pydantic v2, strict).
 
 Unknown fields are refused (OpenAI: "Unrecognized request argument supplied"); fields that OpenAI
-knows but treespec does not implement (tools, ...) are accepted only at their neutral value, else
-refused as unsupported. Structured output: OpenAI's `response_format` (json_object, json_schema) and
-vLLM's guided_json, guided_regex, guided_choice and guided_grammar, one at a time. Extensions after
+knows but treespec does not implement (functions, ...) are accepted only at their neutral value, else
+refused as unsupported. Tools are called with a named function or "required" (tool_calls.py).
+Structured output: OpenAI's `response_format` (json_object, json_schema) and vLLM's guided_json,
+guided_regex, guided_choice and guided_grammar, one at a time. Extensions after
 vLLM and SGLang: top_k, min_p, repetition_penalty, min_tokens, ignore_eos, stop_token_ids,
 include_stop_str_in_output, skip_special_tokens, and a per-request `speculation` object. A null
 stands for the field's default, as in OpenAI; text with a lone surrogate (valid JSON, not valid
@@ -12,6 +13,7 @@ Unicode) is refused.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -26,6 +28,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from treespec.gateway.errors import quotable
+from treespec.gateway.tool_calls import ANY_OBJECT, ToolCallMode
 from treespec.shared.rpc.limits import MAX_TOP_LOGPROBS
 
 MAX_N = 8
@@ -37,6 +40,8 @@ MAX_TOKENS_LIMIT = 2**31 - 1
 MAX_REPETITION_PENALTY = 100.0  # far past any use; keeps the value finite
 MAX_LOGIT_BIAS = 1024  # tokens one request may bias
 MAX_GUIDED_CHOICES = 256
+MAX_TOOLS = 128
+FUNCTION_NAME = r"^[a-zA-Z0-9_-]{1,64}$"
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 TOKEN_ID_MAX = 2**32 - 1
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -263,25 +268,51 @@ class TextPart(BaseModel):
         return value
 
 
-class ChatMessage(BaseModel):
-    """One message of the conversation. An assistant's may be written back as the SDK reads it
-    (`message.model_dump()`): content null, and its refusal, annotations, audio, function call and
-    tool calls null (or empty). Tool calls and the rest are not implemented: refused when set."""
+class CalledFunction(BaseModel):
+    model_config = _STRICT
+    name: str = Field(pattern=FUNCTION_NAME)
+    arguments: str  # JSON text
+
+
+class MessageToolCall(BaseModel):
+    """A tool call of an earlier assistant message, written back into the conversation."""
 
     model_config = _STRICT
-    role: Literal["system", "developer", "user", "assistant"]
+    id: str
+    type: Literal["function"]
+    function: CalledFunction
+
+    def template_call(self) -> dict[str, Any]:
+        """As chat templates expect it: the arguments as an object where they parse."""
+        try:
+            arguments: Any = json.loads(self.function.arguments)
+        except json.JSONDecodeError:
+            arguments = self.function.arguments
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.function.name, "arguments": arguments},
+        }
+
+
+class ChatMessage(BaseModel):
+    """One message of the conversation. An assistant's may be written back as the SDK reads it
+    (`message.model_dump()`): content null, and its refusal, annotations, audio and function call
+    null (or empty); its tool calls, and the tools' answers (role "tool"), go to the chat template."""
+
+    model_config = _STRICT
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: UnicodeText | list[TextPart] | None = Field(default=None, validate_default=True)
     name: str | None = None
+    tool_calls: list[MessageToolCall] | None = None  # an assistant's
+    tool_call_id: str | None = None  # a tool's answer: the call it answers
     # An assistant's, known to OpenAI, not implemented: accepted at their neutral value only.
     refusal: str | None = None
     annotations: list[Any] | None = None
     audio: dict[str, Any] | None = None
     function_call: dict[str, Any] | None = None
-    tool_calls: list[Any] | None = None
 
-    _check_unsupported = field_validator("refusal", "annotations", "audio", "function_call", "tool_calls")(
-        _unsupported
-    )
+    _check_unsupported = field_validator("refusal", "annotations", "audio", "function_call")(_unsupported)
 
     @field_validator("content")
     @classmethod
@@ -300,10 +331,48 @@ class ChatMessage(BaseModel):
             return self.content or ""
         return "".join(part.text for part in self.content)
 
-    def template_message(self) -> dict[str, str]:
+    @model_validator(mode="after")
+    def _tool_fields_by_role(self) -> ChatMessage:
+        if self.tool_calls and self.role != "assistant":
+            raise PydanticCustomError("invalid_value", "only an assistant's message may hold tool_calls")
+        if self.role == "tool" and not self.tool_call_id:
+            raise PydanticCustomError("missing", "a tool's message needs its 'tool_call_id'")
+        return self
+
+    def template_message(self) -> dict[str, Any]:
         """The message as chat templates expect it ("developer" is OpenAI's new name for "system")."""
         role = "system" if self.role == "developer" else self.role
-        return {"role": role, "content": self.text}
+        message: dict[str, Any] = {"role": role, "content": self.text}
+        if self.tool_calls:
+            message["tool_calls"] = [call.template_call() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        return message
+
+
+class FunctionDef(BaseModel):
+    model_config = _STRICT
+    name: str = Field(pattern=FUNCTION_NAME)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolDef(BaseModel):
+    model_config = _STRICT
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class ChosenFunction(BaseModel):
+    model_config = _STRICT
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    model_config = _STRICT
+    type: Literal["function"]
+    function: ChosenFunction
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -316,9 +385,10 @@ class ChatCompletionRequest(SamplingFields):
     parallel_tool_calls: bool | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+    # Function calling: a named function or "required" (structured output, tool_calls.py).
+    tools: list[ToolDef] | None = Field(default=None, max_length=MAX_TOOLS)
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     # Not implemented: of OpenAI's types, and accepted at their neutral value only.
-    tools: list[Any] | None = None
-    tool_choice: str | dict[str, Any] | None = None
     functions: list[Any] | None = None
     function_call: str | dict[str, Any] | None = None
     modalities: list[str] | None = None
@@ -326,8 +396,6 @@ class ChatCompletionRequest(SamplingFields):
     prediction: dict[str, Any] | None = None
 
     _check_chat_unsupported = field_validator(
-        "tools",
-        "tool_choice",
         "functions",
         "function_call",
         "modalities",
@@ -340,6 +408,57 @@ class ChatCompletionRequest(SamplingFields):
         if self.top_logprobs and not self.logprobs:
             raise PydanticCustomError("invalid_value", "'logprobs' must be true when 'top_logprobs' is used")
         return self
+
+    @model_validator(mode="after")
+    def _tool_choice_fits_the_tools(self) -> ChatCompletionRequest:
+        names = [t.function.name for t in self.tools or []]
+        choice = self.tool_choice
+        if len(set(names)) < len(names):
+            raise PydanticCustomError("invalid_value", "tool function names must be distinct")
+        if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
+            raise PydanticCustomError(
+                "invalid_value",
+                "tool_choice names '{name}', which is not among the tools",
+                {"name": quotable(choice.function.name)},
+            )
+        if choice == "required" and not names:
+            raise PydanticCustomError("invalid_value", "tool_choice 'required' needs tools")
+        if names and choice in (None, "auto"):
+            raise PydanticCustomError(
+                "unsupported_parameter",
+                "tool_choice 'auto' (the default with tools) is not supported by this server: it has no"
+                " parser for the model's own tool-call format; set tool_choice to 'required' or name"
+                " a function",
+            )
+        if self.tool_call_mode is not None and super().constraint is not None:
+            raise PydanticCustomError(
+                "invalid_value", "a tool call cannot be combined with response_format or guided decoding"
+            )
+        return self
+
+    @property
+    def tool_call_mode(self) -> ToolCallMode | None:
+        """How the tools are called; None: no tool call (no tools, or tool_choice "none")."""
+        choice = self.tool_choice
+        if not self.tools or choice == "none":
+            return None
+        parameters = {t.function.name: t.function.parameters or ANY_OBJECT for t in self.tools}
+        named = choice.function.name if isinstance(choice, NamedToolChoice) else None
+        return ToolCallMode(named, parameters)
+
+    @property
+    def template_tools(self) -> list[dict[str, Any]] | None:
+        """The tools for the chat template (none when tool_choice is "none", as vLLM by default)."""
+        if self.tool_call_mode is None or not self.tools:
+            return None
+        return [t.model_dump(exclude_none=True) for t in self.tools]
+
+    @property
+    def constraint(self) -> Constraint | None:
+        mode = self.tool_call_mode
+        if mode is not None:
+            return ("json_schema", mode.schema())
+        return super().constraint
 
     @property
     def logprob_count(self) -> int | None:

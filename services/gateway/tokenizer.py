@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import jinja2
 import transformers
@@ -23,10 +24,16 @@ class PromptTokenizer:
         backend: Tokenizer = self._hf.backend_tokenizer
         return backend
 
-    def chat_prompt(self, messages: list[dict[str, str]]) -> list[int]:
-        """The chat template applied to `messages`, ending with the assistant's turn opened."""
+    def chat_prompt(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> list[int]:
+        """The chat template applied to `messages` (and `tools`, for a template that renders them),
+        ending with the assistant's turn opened."""
+        template_tools: list[Any] | None = tools
         try:
-            text = self._hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            text = self._hf.apply_chat_template(
+                messages, tools=template_tools, add_generation_prompt=True, tokenize=False
+            )
         except (jinja2.TemplateError, ValueError) as exc:
             raise APIError(400, f"The chat template refused the messages: {exc}", param="messages") from exc
         # The template wrote the special tokens (BOS and all) itself.

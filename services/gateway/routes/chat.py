@@ -19,6 +19,7 @@ from treespec.gateway.responses import (
     ChatChunkChoice,
     ChatCompletion,
     ChatCompletionChunk,
+    ChatLogprobs,
     ChatMessageOut,
     MetaInfo,
 )
@@ -26,6 +27,8 @@ from treespec.gateway.run import GenerationRun
 from treespec.gateway.schemas import ChatCompletionRequest
 from treespec.gateway.sse import DONE, event_stream, primed, sse_chunk, sse_error
 from treespec.gateway.state import GatewayState, gateway_state
+from treespec.gateway.tool_call_stream import ToolCallStream
+from treespec.gateway.tool_calls import ToolCallMode
 
 router = APIRouter()
 
@@ -36,11 +39,12 @@ async def chat_completions(
 ) -> Response:
     state.check_model(body.model)
     messages = [message.template_message() for message in body.messages]
-    prompt = await asyncio.to_thread(state.tokenizer.chat_prompt, messages)
+    prompt = await asyncio.to_thread(state.tokenizer.chat_prompt, messages, body.template_tools)
     run = await GenerationRun.start(state, body, [prompt], body.token_limit, "chat", "chatcmpl")
+    tools = body.tool_call_mode
     if body.stream:
         events = await cancel_on_disconnect(request, primed(run.events()))
-        return event_stream(_stream(run, events, body.include_usage, body.logprobs is True))
+        return event_stream(_stream(run, events, body.include_usage, body.logprobs is True, tools))
     outcome = await cancel_on_disconnect(request, run.collect())
     texts = state.tokenizer.token_texts
     response = ChatCompletion(
@@ -48,13 +52,12 @@ async def chat_completions(
         created=run.created,
         model=run.model,
         choices=[
-            ChatChoice(
-                index=job.index,
-                message=ChatMessageOut(content=outcome.text(job.index)),
-                logprobs=chat_logprobs(texts, [e for e, _ in outcome.logprobs(job.index)])
-                if body.logprobs
-                else None,
-                finish_reason=outcome.finish_reason(job.index),
+            _choice(
+                job.index,
+                outcome.text(job.index),
+                outcome.finish_reason(job.index),
+                tools,
+                chat_logprobs(texts, [e for e, _ in outcome.logprobs(job.index)]) if body.logprobs else None,
             )
             for job in run.jobs
         ],
@@ -64,10 +67,28 @@ async def chat_completions(
     return JSONResponse(response.model_dump(mode="json"))
 
 
+def _choice(
+    index: int, text: str, finish_reason: str, tools: ToolCallMode | None, logprobs: ChatLogprobs | None
+) -> ChatChoice:
+    """A whole reply: its text, or the tool calls it made (text that does not parse stays text)."""
+    calls = tools.parse(text) if tools is not None else None
+    if tools is None or calls is None:
+        message = ChatMessageOut(content=text)
+    else:
+        message = ChatMessageOut(content=None, tool_calls=[c.as_message_part() for c in calls])
+        finish_reason = tools.finish_reason(finish_reason, calls)
+    return ChatChoice(index=index, message=message, logprobs=logprobs, finish_reason=finish_reason)
+
+
 async def _stream(
-    run: GenerationRun, events: AsyncGenerator[Event, None], include_usage: bool, logprobs: bool
+    run: GenerationRun,
+    events: AsyncGenerator[Event, None],
+    include_usage: bool,
+    logprobs: bool,
+    tools: ToolCallMode | None,
 ) -> AsyncIterator[bytes]:
     texts = run.state.tokenizer.token_texts
+    calls = ToolCallStream(tools) if tools is not None else None
 
     def chunk(choice: ChatChunkChoice, meta: MetaInfo | None = None) -> bytes:
         return sse_chunk(
@@ -82,9 +103,16 @@ async def _stream(
         async for event in events:
             if isinstance(event, TextDelta):
                 lp = chat_logprobs(texts, event.logprobs) if logprobs else None
-                yield chunk(ChatChunkChoice(index=event.index, delta={"content": event.text}, logprobs=lp))
+                delta = {"content": event.text} if calls is None else calls.text(event.index, event.text)
+                if delta or lp is not None:
+                    yield chunk(ChatChunkChoice(index=event.index, delta=delta, logprobs=lp))
             else:
-                choice = ChatChunkChoice(index=event.index, delta={}, finish_reason=event.finish_reason)
+                reason = event.finish_reason
+                if calls is not None:
+                    delta, reason = calls.end(event.index, reason)
+                    if delta:
+                        yield chunk(ChatChunkChoice(index=event.index, delta=delta))
+                choice = ChatChunkChoice(index=event.index, delta={}, finish_reason=reason)
                 yield chunk(choice, meta_info(event.spec))
     except APIError as error:
         yield sse_error(error)

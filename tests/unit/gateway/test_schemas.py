@@ -17,6 +17,13 @@ def _chat(**fields: Any) -> ChatCompletionRequest:
     return ChatCompletionRequest.model_validate({"model": "m", "messages": MESSAGES, **fields})
 
 
+_CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+}
+
+
 def _refusal(model: type[ChatCompletionRequest | CompletionRequest], body: dict[str, Any]) -> tuple[str, Any]:
     """The (code, param) a refused body gets."""
     with pytest.raises(ValidationError) as caught:
@@ -89,7 +96,11 @@ def test_content_parts_and_developer_role() -> None:
         ({"top_logprobs": 3}, "invalid_value", None),  # without logprobs: true
         ({"logprobs": True, "top_logprobs": 21}, "invalid_value", "top_logprobs"),
         ({"logprobs": True, "top_logprobs": -1}, "invalid_value", "top_logprobs"),
-        ({"tools": [{"type": "function"}]}, "unsupported_parameter", "tools"),
+        ({"tools": [{"type": "function"}]}, "missing_required_parameter", "tools.0.function"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "unsupported_parameter", None),
+        ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "invalid_value", None),
+        ({"tool_choice": "sometimes"}, "invalid_value", None),
+        ({"functions": [{"name": "f"}]}, "unsupported_parameter", "functions"),
         ({"response_format": {"type": "json_schema"}}, "missing_required_parameter", "response_format"),
         ({"response_format": {"type": "xml"}}, "invalid_value", "response_format.type"),
         (
@@ -120,7 +131,13 @@ def test_content_parts_and_developer_role() -> None:
         ({"stop_token_ids": [-1]}, "invalid_value", "stop_token_ids.0"),
         ({"seed": 2**63}, "invalid_value", "seed"),
         ({"messages": []}, "invalid_value", "messages"),
-        ({"messages": [{"role": "tool", "content": "x"}]}, "invalid_value", "messages.0.role"),
+        ({"messages": [{"role": "wizard", "content": "x"}]}, "invalid_value", "messages.0.role"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "missing_required_parameter", None),
+        (
+            {"messages": [{"role": "user", "content": "x", "tool_calls": [_CALL]}]},
+            "invalid_value",
+            None,
+        ),
         ({"messages": [{"role": "user"}]}, "missing_required_parameter", "messages.0.content"),
         (
             {"messages": [{"role": "user", "content": None}]},
@@ -243,7 +260,11 @@ def test_assistant_messages_as_the_sdk_writes_them(message: dict[str, Any], text
 @pytest.mark.parametrize(
     ("fields", "code", "param"),
     [
-        ({"tool_calls": [{"id": "c", "type": "function"}]}, "unsupported_parameter", "messages.1.tool_calls"),
+        (
+            {"tool_calls": [{"id": "c", "type": "function"}]},
+            "missing_required_parameter",
+            "messages.1.tool_calls.0.function",
+        ),
         ({"function_call": {"name": "f"}}, "unsupported_parameter", "messages.1.function_call"),
         ({"audio": {"id": "a"}}, "unsupported_parameter", "messages.1.audio"),
         ({"refusal": "no"}, "unsupported_parameter", "messages.1.refusal"),
@@ -252,6 +273,30 @@ def test_assistant_messages_as_the_sdk_writes_them(message: dict[str, Any], text
 def test_assistant_message_refusals(fields: dict[str, Any], code: str, param: str) -> None:
     messages = [*MESSAGES, {**SDK_ASSISTANT, **fields}]
     assert _refusal(ChatCompletionRequest, {"model": "m", "messages": messages}) == (code, param)
+
+
+def test_tool_calls_and_answers_reach_the_template() -> None:
+    body = _chat(
+        messages=[
+            *MESSAGES,
+            {**SDK_ASSISTANT, "content": None, "tool_calls": [_CALL]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "18C"},
+        ],
+        tools=[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": {"city": "Oslo"}},
+    }
+    assert body.messages[1].template_message() == {"role": "assistant", "content": "", "tool_calls": [call]}
+    assert body.messages[2].template_message() == {"role": "tool", "content": "18C", "tool_call_id": "call_1"}
+    assert body.constraint == ("json_schema", {"type": "object"})
+    assert body.template_tools == [
+        {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    ]
+    assert _chat(tools=body.template_tools, tool_choice="none").template_tools is None
 
 
 def test_null_means_the_default() -> None:
