@@ -24,9 +24,7 @@ def check_prompt(prompt_ids: Sequence[int], info: ModelInfo, param: str) -> None
     """Refuse what the verifier cannot take: an empty prompt, unknown ids, no room to generate."""
     if not prompt_ids:
         raise APIError(400, "The prompt must not be empty.", code="invalid_value", param=param)
-    if max(prompt_ids) >= info.vocab_size > 0:
-        message = f"Token ids must be below the vocabulary size {info.vocab_size}."
-        raise APIError(400, message, code="invalid_value", param=param)
+    check_token_ids(prompt_ids, info, param)
     if len(prompt_ids) >= info.context_length:
         raise APIError(
             400,
@@ -35,6 +33,12 @@ def check_prompt(prompt_ids: Sequence[int], info: ModelInfo, param: str) -> None
             code="context_length_exceeded",
             param=param,
         )
+
+
+def check_token_ids(token_ids: Sequence[int], info: ModelInfo, param: str) -> None:
+    if token_ids and max(token_ids) >= info.vocab_size > 0:
+        message = f"Token ids must be below the vocabulary size {info.vocab_size}."
+        raise APIError(400, message, code="invalid_value", param=param)
 
 
 def choice_jobs(

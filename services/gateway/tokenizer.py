@@ -25,22 +25,25 @@ class PromptTokenizer:
         return backend
 
     def chat_prompt(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
     ) -> list[int]:
         """The chat template applied to `messages` (and `tools`, for a template that renders them),
-        ending with the assistant's turn opened."""
+        ending with the assistant's turn opened (unless not `add_generation_prompt`)."""
         template_tools: list[Any] | None = tools
         try:
             text = self._hf.apply_chat_template(
-                messages, tools=template_tools, add_generation_prompt=True, tokenize=False
+                messages, tools=template_tools, add_generation_prompt=add_generation_prompt, tokenize=False
             )
         except (jinja2.TemplateError, ValueError) as exc:
             raise APIError(400, f"The chat template refused the messages: {exc}", param="messages") from exc
         # The template wrote the special tokens (BOS and all) itself.
         return list(self._hf.encode(str(text), add_special_tokens=False))
 
-    def text_prompt(self, text: str) -> list[int]:
-        return list(self._hf.encode(text))
+    def text_prompt(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return list(self._hf.encode(text, add_special_tokens=add_special_tokens))
 
-    def decode(self, token_ids: list[int]) -> str:
-        return str(self._hf.decode(token_ids, skip_special_tokens=True))
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
+        return str(self._hf.decode(token_ids, skip_special_tokens=skip_special_tokens))

@@ -375,3 +375,26 @@ def test_a_repeated_prefix_is_reported_as_cached(client: openai.OpenAI) -> None:
     first, second = (u.prompt_tokens_details.cached_tokens or 0 for u in usages if u.prompt_tokens_details)
     # The second request found the shared system prompt (whole KV blocks of it) computed by the first.
     assert second >= first + 48 and second < usages[1].prompt_tokens
+
+
+def test_tokenize_and_detokenize(http: httpx.Client, tokenizer: PromptTokenizer) -> None:
+    got = http.post("/tokenize", json={"model": MODEL, "prompt": "Hello there"}).json()
+    assert got["tokens"] == tokenizer.text_prompt("Hello there") and got["count"] == len(got["tokens"])
+    assert got["max_model_len"] > 0
+    messages = [{"role": "user", "content": "Hi!"}]
+    chat = http.post("/tokenize", json={"messages": messages}).json()
+    assert chat["tokens"] == tokenizer.chat_prompt(messages)  # what /v1/chat/completions generates from
+    open_turn = http.post("/tokenize", json={"messages": messages, "add_generation_prompt": False}).json()
+    assert open_turn["count"] < chat["count"]
+    back = http.post("/detokenize", json={"tokens": chat["tokens"]}).json()
+    assert back["prompt"].startswith("<|im_start|>") and "Hi!" in back["prompt"]
+    for path, body in [
+        ("/tokenize", {"prompt": "x", "messages": messages}),
+        ("/tokenize", {}),
+        ("/detokenize", {"tokens": [10**7]}),
+        ("/detokenize", {"tokens": ["a"]}),
+        ("/tokenize", {"model": "gpt-5", "prompt": "x"}),
+    ]:
+        response = http.post(path, json=body)
+        assert response.status_code in (400, 404), (path, body, response.text)
+        assert response.json()["error"]["message"]

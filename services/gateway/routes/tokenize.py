@@ -1,0 +1,80 @@
+"""POST /tokenize and /detokenize (vLLM's and SGLang's): the served model's tokenizer and chat template,
+as generation applies them, for clients that count or build prompts in tokens."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, ConfigDict, Field
+
+from treespec.gateway.errors import APIError
+from treespec.gateway.sampling import check_token_ids
+from treespec.gateway.schemas import MAX_TOOLS, ChatMessage, TokenId, ToolDef, UnicodeText
+from treespec.gateway.state import GatewayState, gateway_state
+
+router = APIRouter()
+_STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+class TokenizeRequest(BaseModel):
+    """Either a `prompt` (text, as /v1/completions takes it) or chat `messages` (as /v1/chat/completions
+    renders them)."""
+
+    model_config = _STRICT
+    model: str | None = None
+    prompt: UnicodeText | None = None
+    add_special_tokens: bool = True
+    messages: list[ChatMessage] | None = Field(default=None, min_length=1)
+    add_generation_prompt: bool = True
+    tools: list[ToolDef] | None = Field(default=None, max_length=MAX_TOOLS)
+
+
+class TokenizeResponse(BaseModel):
+    count: int
+    max_model_len: int
+    tokens: list[int]
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = _STRICT
+    model: str | None = None
+    tokens: list[TokenId]
+
+
+class DetokenizeResponse(BaseModel):
+    prompt: str
+
+
+@router.post("/tokenize")
+async def tokenize(
+    body: TokenizeRequest, state: Annotated[GatewayState, Depends(gateway_state)]
+) -> TokenizeResponse:
+    if body.model is not None:
+        state.check_model(body.model)
+    if (body.prompt is None) == (body.messages is None):
+        raise APIError(400, "Give either 'prompt' or 'messages'.", code="invalid_value")
+    tokenizer = state.tokenizer
+    if body.messages is not None:
+        messages = [m.template_message() for m in body.messages]
+        tools: list[dict[str, Any]] | None = (
+            [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
+        )
+        ids = await asyncio.to_thread(tokenizer.chat_prompt, messages, tools, body.add_generation_prompt)
+    else:
+        assert body.prompt is not None
+        ids = await asyncio.to_thread(tokenizer.text_prompt, body.prompt, body.add_special_tokens)
+    info = await state.verifier.model_info()
+    return TokenizeResponse(count=len(ids), max_model_len=info.context_length, tokens=ids)
+
+
+@router.post("/detokenize")
+async def detokenize(
+    body: DetokenizeRequest, state: Annotated[GatewayState, Depends(gateway_state)]
+) -> DetokenizeResponse:
+    if body.model is not None:
+        state.check_model(body.model)
+    check_token_ids(body.tokens, await state.verifier.model_info(), "tokens")
+    text = await asyncio.to_thread(state.tokenizer.decode, body.tokens, False)
+    return DetokenizeResponse(prompt=text)
