@@ -61,9 +61,11 @@ class Scheduler:
         state.prefix_chain = []
 
     def cache_committed(self, state: RequestState) -> None:
-        """Offer the request's full blocks of committed K/V to the prefix cache."""
+        """Offer the request's full blocks of committed K/V to the prefix cache. (A request cut short
+        by a stop token inside an accepted path has K/V past its last token: never offered.)"""
         if self.prefix_cache is not None and state.blocks:
-            self.prefix_cache.register(state.tokens, state.blocks, state.kv_len, state.prefix_chain)
+            committed = min(state.kv_len, len(state.tokens))
+            self.prefix_cache.register(state.tokens, state.blocks, committed, state.prefix_chain)
 
     def trim(self, state: RequestState) -> None:
         """Free blocks past the committed K/V (the scratch slots of rejected tree nodes)."""

@@ -168,6 +168,26 @@ def test_random_drafter_keeps_greedy_output(tiny_path: Path, tiny_model: CausalL
     run(tiny_path, tiny_model, body, spec=DrafterSpec(algorithm="random"))
 
 
+def test_a_repeated_prompt_is_served_from_the_prefix_cache(tiny_path: Path, tiny_model: CausalLM) -> None:
+    prompt = PROMPTS[5]  # 20 tokens: 4 whole blocks of 4 before its last token
+    want = engine_tokens(tiny_path, tiny_model, [prompt])[0]
+
+    async def body(client: Client) -> None:
+        first = await client.generate(greedy_message("p1", prompt))
+        second = await client.generate(greedy_message("p2", prompt))
+        assert tokens_of(first) == tokens_of(second) == want
+        assert first[-1].usage.cached_prompt_tokens == 0
+        assert second[-1].usage.cached_prompt_tokens == 16
+        stats = await client.stats()
+        assert stats.prefix_cache_hit_tokens == 16 and stats.prefix_cache_query_tokens == 2 * 19
+        assert stats.prefix_cache_blocks >= 4 and stats.kv_blocks_free == stats.kv_blocks_total
+        registry = client.server.metrics.registry
+        assert registry.get_sample_value("treespec_verifier_cached_prompt_tokens_total") == 16
+        assert (registry.get_sample_value("treespec_verifier_prefix_cache_blocks") or 0) >= 4
+
+    run(tiny_path, tiny_model, body)
+
+
 def check_metrics(server: VerifierServer) -> None:
     registry = server.metrics.registry
     assert registry.get_sample_value("treespec_verifier_requests_total", {"finish_reason": "length"}) == 2

@@ -165,6 +165,9 @@ def engine_stats(snapshot: EngineSnapshot) -> pb.EngineStats:
         kv_blocks_total=snapshot.kv_blocks_total,
         kv_blocks_free=snapshot.kv_blocks_free,
         speculation=speculation_stats(snapshot.speculation),
+        prefix_cache_blocks=snapshot.prefix_cache_blocks,
+        prefix_cache_query_tokens=snapshot.prefix_cache_query_tokens,
+        prefix_cache_hit_tokens=snapshot.prefix_cache_hit_tokens,
     )
 
 

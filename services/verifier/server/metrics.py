@@ -75,6 +75,9 @@ class VerifierMetrics:
         self.waiting_requests = Gauge(PREFIX + "waiting_requests", "Requests waiting.", registry=registry)
         self.kv_blocks_used = Gauge(PREFIX + "kv_blocks_used", "KV cache blocks in use.", registry=registry)
         self.kv_blocks_total = Gauge(PREFIX + "kv_blocks_total", "KV cache blocks.", registry=registry)
+        self.prefix_cache_blocks = Gauge(
+            PREFIX + "prefix_cache_blocks", "KV blocks the prefix cache holds.", registry=registry
+        )
 
     def _seconds(self, name: str, text: str) -> Histogram:
         """A latency histogram `<PREFIX><name>_seconds`."""
@@ -113,5 +116,6 @@ class VerifierMetrics:
         self.waiting_requests.set(snapshot.waiting_requests)
         self.kv_blocks_used.set(snapshot.kv_blocks_used)
         self.kv_blocks_total.set(snapshot.kv_blocks_total)
+        self.prefix_cache_blocks.set(snapshot.prefix_cache_blocks)
         for depth, ratio in enumerate(snapshot.speculation.acceptance_by_depth, start=1):
             self.acceptance_by_depth.labels(str(depth)).set(ratio)

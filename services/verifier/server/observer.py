@@ -22,6 +22,9 @@ class EngineSnapshot:
     kv_blocks_free: int
     speculation: SpecStats  # a copy of the engine's totals
     last_step: StepTimes | None = None  # the step just run, None when it ran no batch
+    prefix_cache_blocks: int = 0
+    prefix_cache_query_tokens: int = 0
+    prefix_cache_hit_tokens: int = 0
 
     @property
     def kv_blocks_used(self) -> int:
@@ -36,7 +39,19 @@ class EngineSnapshot:
             kv_blocks_free=engine.num_free_blocks,
             speculation=copy.deepcopy(engine.stats),
             last_step=engine.last_step,
+            **_prefix_cache_figures(engine),
         )
+
+
+def _prefix_cache_figures(engine: Engine) -> dict[str, int]:
+    cache = engine.prefix_cache
+    if cache is None:
+        return {}
+    return {
+        "prefix_cache_blocks": cache.num_cached_blocks,
+        "prefix_cache_query_tokens": cache.query_tokens,
+        "prefix_cache_hit_tokens": cache.hit_tokens,
+    }
 
 
 @dataclass(frozen=True)
