@@ -63,6 +63,13 @@ class _Tally:
         self.total_s += t.total_s
         self.output_tokens += len(t.tokens)
 
+    def merge(self, other: _Tally) -> None:
+        self.prompt_tokens += other.prompt_tokens
+        self.cached_tokens += other.cached_tokens
+        self.first_token_s += other.first_token_s
+        self.total_s += other.total_s
+        self.output_tokens += other.output_tokens
+
     @property
     def mean_ttft_ms(self) -> float:
         return 1e3 * sum(self.first_token_s) / max(1, len(self.first_token_s))
@@ -148,11 +155,7 @@ def _payload(
     overall = {m: _Tally() for m in METHODS}
     for m in METHODS:
         for t in tallies[m].values():
-            overall[m].prompt_tokens += t.prompt_tokens
-            overall[m].cached_tokens += t.cached_tokens
-            overall[m].first_token_s += t.first_token_s
-            overall[m].total_s += t.total_s
-            overall[m].output_tokens += t.output_tokens
+            overall[m].merge(t)
     return {
         **_figures(overall),
         **greedy.figures(),

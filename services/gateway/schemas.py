@@ -13,13 +13,10 @@ Unicode) is refused.
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
-    ConfigDict,
     Field,
     ValidationInfo,
     field_validator,
@@ -28,7 +25,9 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from treespec.gateway.errors import quotable
+from treespec.gateway.schema_types import STRICT, TokenId, UnicodeText
 from treespec.gateway.tool_calls import ANY_OBJECT, ToolCallMode
+from treespec.gateway.tool_schemas import MAX_TOOLS, MessageToolCall, NamedToolChoice, ToolDef
 from treespec.shared.rpc.limits import MAX_TOP_LOGPROBS
 
 MAX_N = 8
@@ -40,36 +39,14 @@ MAX_TOKENS_LIMIT = 2**31 - 1
 MAX_REPETITION_PENALTY = 100.0  # far past any use; keeps the value finite
 MAX_LOGIT_BIAS = 1024  # tokens one request may bias
 MAX_GUIDED_CHOICES = 256
-MAX_TOOLS = 128
-FUNCTION_NAME = r"^[a-zA-Z0-9_-]{1,64}$"
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-TOKEN_ID_MAX = 2**32 - 1
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
 
-def _valid_unicode(value: str) -> str:
-    """JSON may escape a lone UTF-16 surrogate ("\\ud800"), which a Python str keeps but no UTF-8
-    text can: the tokenizer would fail on it (a 500), so it is refused here, where the error names
-    the field."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise PydanticCustomError(
-            "invalid_unicode",
-            "the text is not valid Unicode: it holds a lone surrogate ({char} at character {at})",
-            {"char": f"\\u{ord(value[exc.start]):04x}", "at": exc.start},
-        ) from None
-    return value
-
-
-# Text that reaches the model or is matched against its output (prompts, messages, stop strings).
-UnicodeText = Annotated[str, AfterValidator(_valid_unicode)]
-TokenId = Annotated[int, Field(ge=0, le=TOKEN_ID_MAX)]
 StopList = Annotated[list[UnicodeText], Field(max_length=MAX_STOP_STRINGS)]
 
 # Values that mean "feature off" for the OpenAI fields treespec does not implement.
 _NEUTRAL: tuple[Any, ...] = (None, False, 0, "", [], {}, "none", "auto", {"type": "text"}, ["text"])
-_STRICT = ConfigDict(extra="forbid", strict=True)
 
 
 def _unsupported(value: Any, info: ValidationInfo) -> Any:
@@ -88,7 +65,7 @@ def _null_is_default(cls: type[BaseModel], value: Any, info: ValidationInfo) -> 
 
 
 class StreamOptions(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     include_usage: bool = False
 
     _defaults_for_null = field_validator("include_usage", mode="before")(_null_is_default)
@@ -97,7 +74,7 @@ class StreamOptions(BaseModel):
 class SpeculationOptions(BaseModel):
     """Per-request speculation settings (SGLang's names); absent fields take the verifier's."""
 
-    model_config = _STRICT
+    model_config = STRICT
     enabled: bool | None = None
     num_steps: int | None = Field(default=None, ge=1, le=64)
     eagle_topk: int | None = Field(default=None, ge=1, le=64)
@@ -107,7 +84,7 @@ class SpeculationOptions(BaseModel):
 class JsonSchemaFormat(BaseModel):
     """OpenAI's `response_format.json_schema`: a name, and the schema the output must follow."""
 
-    model_config = _STRICT
+    model_config = STRICT
     name: str = Field(min_length=1, max_length=64)
     description: str | None = None
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
@@ -115,7 +92,7 @@ class JsonSchemaFormat(BaseModel):
 
 
 class ResponseFormat(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = None
 
@@ -139,7 +116,7 @@ Constraint = tuple[Literal["json_schema", "json_object", "regex", "choice", "gra
 class SamplingFields(BaseModel):
     """Fields common to both endpoints."""
 
-    model_config = _STRICT
+    model_config = STRICT
     model: str = Field(min_length=1)
     max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
@@ -252,7 +229,7 @@ class SamplingFields(BaseModel):
 
 
 class TextPart(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     type: str
     text: UnicodeText
 
@@ -268,39 +245,12 @@ class TextPart(BaseModel):
         return value
 
 
-class CalledFunction(BaseModel):
-    model_config = _STRICT
-    name: str = Field(pattern=FUNCTION_NAME)
-    arguments: str  # JSON text
-
-
-class MessageToolCall(BaseModel):
-    """A tool call of an earlier assistant message, written back into the conversation."""
-
-    model_config = _STRICT
-    id: str
-    type: Literal["function"]
-    function: CalledFunction
-
-    def template_call(self) -> dict[str, Any]:
-        """As chat templates expect it: the arguments as an object where they parse."""
-        try:
-            arguments: Any = json.loads(self.function.arguments)
-        except json.JSONDecodeError:
-            arguments = self.function.arguments
-        return {
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.function.name, "arguments": arguments},
-        }
-
-
 class ChatMessage(BaseModel):
     """One message of the conversation. An assistant's may be written back as the SDK reads it
     (`message.model_dump()`): content null, and its refusal, annotations, audio and function call
     null (or empty); its tool calls, and the tools' answers (role "tool"), go to the chat template."""
 
-    model_config = _STRICT
+    model_config = STRICT
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: UnicodeText | list[TextPart] | None = Field(default=None, validate_default=True)
     name: str | None = None
@@ -348,31 +298,6 @@ class ChatMessage(BaseModel):
         if self.tool_call_id is not None:
             message["tool_call_id"] = self.tool_call_id
         return message
-
-
-class FunctionDef(BaseModel):
-    model_config = _STRICT
-    name: str = Field(pattern=FUNCTION_NAME)
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
-
-
-class ToolDef(BaseModel):
-    model_config = _STRICT
-    type: Literal["function"]
-    function: FunctionDef
-
-
-class ChosenFunction(BaseModel):
-    model_config = _STRICT
-    name: str
-
-
-class NamedToolChoice(BaseModel):
-    model_config = _STRICT
-    type: Literal["function"]
-    function: ChosenFunction
 
 
 class ChatCompletionRequest(SamplingFields):

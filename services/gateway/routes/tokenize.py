@@ -7,22 +7,23 @@ import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from treespec.gateway.errors import APIError
 from treespec.gateway.sampling import check_token_ids
-from treespec.gateway.schemas import MAX_TOOLS, ChatMessage, TokenId, ToolDef, UnicodeText
+from treespec.gateway.schema_types import STRICT, TokenId, UnicodeText
+from treespec.gateway.schemas import ChatMessage
 from treespec.gateway.state import GatewayState, gateway_state
+from treespec.gateway.tool_schemas import MAX_TOOLS, ToolDef
 
 router = APIRouter()
-_STRICT = ConfigDict(extra="forbid", strict=True)
 
 
 class TokenizeRequest(BaseModel):
     """Either a `prompt` (text, as /v1/completions takes it) or chat `messages` (as /v1/chat/completions
     renders them)."""
 
-    model_config = _STRICT
+    model_config = STRICT
     model: str | None = None
     prompt: UnicodeText | None = None
     add_special_tokens: bool = True
@@ -38,7 +39,7 @@ class TokenizeResponse(BaseModel):
 
 
 class DetokenizeRequest(BaseModel):
-    model_config = _STRICT
+    model_config = STRICT
     model: str | None = None
     tokens: list[TokenId]
 

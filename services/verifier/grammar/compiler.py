@@ -29,7 +29,7 @@ class GrammarCompiler:
         try:
             return _compile(compiler, constraint)
         except (RuntimeError, ValueError, TypeError) as exc:
-            raise InvalidRequestError(f"invalid {constraint.describe()}: {_first_line(exc)}") from None
+            raise InvalidRequestError(f"invalid {constraint.kind.value}: {_first_line(exc)}") from None
 
     def _xgrammar_compiler(self) -> Any:
         with self._lock:

@@ -20,7 +20,3 @@ class OutputConstraint:
     kind: ConstraintKind
     spec: str = ""
     choices: tuple[str, ...] = ()
-
-    def describe(self) -> str:
-        """A short label for logs and errors."""
-        return self.kind.value

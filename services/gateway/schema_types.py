@@ -1,0 +1,31 @@
+"""Field types and the model configuration the API's request bodies share."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AfterValidator, ConfigDict, Field
+from pydantic_core import PydanticCustomError
+
+TOKEN_ID_MAX = 2**32 - 1
+STRICT = ConfigDict(extra="forbid", strict=True)  # unknown fields refused, no type coercion
+
+
+def _valid_unicode(value: str) -> str:
+    """JSON may escape a lone UTF-16 surrogate ("\\ud800"), which a Python str keeps but no UTF-8
+    text can: the tokenizer would fail on it (a 500), so it is refused here, where the error names
+    the field."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise PydanticCustomError(
+            "invalid_unicode",
+            "the text is not valid Unicode: it holds a lone surrogate ({char} at character {at})",
+            {"char": f"\\u{ord(value[exc.start]):04x}", "at": exc.start},
+        ) from None
+    return value
+
+
+# Text that reaches the model or is matched against its output (prompts, messages, stop strings).
+UnicodeText = Annotated[str, AfterValidator(_valid_unicode)]
+TokenId = Annotated[int, Field(ge=0, le=TOKEN_ID_MAX)]
