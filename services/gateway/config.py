@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from treespec.gateway.tool_parsers import TOOL_CALL_PARSERS
+
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 
 
@@ -22,12 +24,17 @@ class GatewayConfig:
     # Seconds a GetModelInfo or health call may take before the verifier counts as unavailable.
     verifier_timeout_s: float = 5.0
     model_info_attempts: int = 3
+    # The model's tool-call format, for tool_choice "auto" (a name in TOOL_CALL_PARSERS); None: refused.
+    tool_call_parser: str | None = None
 
     def __post_init__(self) -> None:
         if not self.verifier_addresses:
             raise ValueError("at least one verifier address is required")
         if self.max_body_bytes < 1:
             raise ValueError("max_body_bytes must be positive")
+        if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_CALL_PARSERS:
+            known = ", ".join(sorted(TOOL_CALL_PARSERS))
+            raise ValueError(f"unknown tool-call parser {self.tool_call_parser!r} (known: {known})")
 
     @property
     def model_name(self) -> str:

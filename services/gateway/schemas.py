@@ -2,7 +2,8 @@
 
 Unknown fields are refused (OpenAI: "Unrecognized request argument supplied"); fields that OpenAI
 knows but treespec does not implement (functions, ...) are accepted only at their neutral value, else
-refused as unsupported. Tools are called with a named function or "required" (tool_calls.py).
+refused as unsupported. Tools are called with a named function or "required" (tool_calls.py), or
+"auto" where the gateway has a tool-call parser (auto_tool_calls.py).
 Structured output: OpenAI's `response_format` (json_object, json_schema) and vLLM's guided_json,
 guided_regex, guided_choice and guided_grammar, one at a time. Extensions after
 vLLM and SGLang: top_k, min_p, repetition_penalty, min_tokens, ignore_eos, stop_token_ids,
@@ -348,13 +349,6 @@ class ChatCompletionRequest(SamplingFields):
             )
         if choice == "required" and not names:
             raise PydanticCustomError("invalid_value", "tool_choice 'required' needs tools")
-        if names and choice in (None, "auto"):
-            raise PydanticCustomError(
-                "unsupported_parameter",
-                "tool_choice 'auto' (the default with tools) is not supported by this server: it has no"
-                " parser for the model's own tool-call format; set tool_choice to 'required' or name"
-                " a function",
-            )
         if self.tool_call_mode is not None and super().constraint is not None:
             raise PydanticCustomError(
                 "invalid_value", "a tool call cannot be combined with response_format or guided decoding"
@@ -363,18 +357,23 @@ class ChatCompletionRequest(SamplingFields):
 
     @property
     def tool_call_mode(self) -> ToolCallMode | None:
-        """How the tools are called; None: no tool call (no tools, or tool_choice "none")."""
+        """How a named function or "required" is called; None: no tools, "none" or "auto"."""
         choice = self.tool_choice
-        if not self.tools or choice == "none":
+        if not self.tools or choice in ("none", "auto", None):
             return None
         parameters = {t.function.name: t.function.parameters or ANY_OBJECT for t in self.tools}
         named = choice.function.name if isinstance(choice, NamedToolChoice) else None
         return ToolCallMode(named, parameters)
 
     @property
+    def auto_tool_choice(self) -> bool:
+        """The model decides whether to call its tools: "auto", the default with tools."""
+        return bool(self.tools) and self.tool_choice in ("auto", None)
+
+    @property
     def template_tools(self) -> list[dict[str, Any]] | None:
         """The tools for the chat template (none when tool_choice is "none", as vLLM by default)."""
-        if self.tool_call_mode is None or not self.tools:
+        if not self.tools or self.tool_choice == "none":
             return None
         return [t.model_dump(exclude_none=True) for t in self.tools]
 

@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 from fastapi import Request
 from opentelemetry.trace import Tracer
 
+from treespec.gateway.auto_tool_calls import AutoToolCalls
 from treespec.gateway.config import GatewayConfig
 from treespec.gateway.errors import APIError
 from treespec.gateway.metrics import GatewayMetrics
 from treespec.gateway.tokenizer import PromptTokenizer
+from treespec.gateway.tool_parsers import TOOL_CALL_PARSERS
 from treespec.gateway.verifier_client import VerifierClient
 
 
@@ -33,6 +35,19 @@ class GatewayState:
                 code="model_not_found",
                 param="model",
             )
+
+    def auto_tool_calls(self) -> AutoToolCalls:
+        """tool_choice "auto" read with the model's tool-call parser; a 400 when none was configured."""
+        if self.config.tool_call_parser is None:
+            raise APIError(
+                400,
+                "tool_choice 'auto' (the default with tools) needs a tool-call parser for the model's own"
+                " format, and this server was started without one (--tool-call-parser); set tool_choice"
+                " to 'required' or name a function",
+                code="unsupported_parameter",
+                param="tool_choice",
+            )
+        return AutoToolCalls(TOOL_CALL_PARSERS[self.config.tool_call_parser]())
 
 
 def gateway_state(request: Request) -> GatewayState:

@@ -1,10 +1,14 @@
-"""Function calling as vLLM serves it without a tool-call parser: `tool_choice` naming a function, or
-"required", turns into structured output (the function's parameters, or a list of calls to any of the
-tools), and the generated JSON into the message's `tool_calls`. "auto" would need a parser for the
-model's own tool-call format, which treespec does not have: it is refused.
+"""Function calling as vLLM serves it: `tool_choice` naming a function, or "required", turns into
+structured output (the function's parameters, or a list of calls to any of the tools), and the
+generated JSON into the message's `tool_calls`. "auto" reads the calls out of free text with the
+model's own tool-call parser (auto_tool_calls.py); without one it is refused.
 
 Named function: the output is the arguments object; finish_reason stays the generation's ("stop").
 Required: the output is a JSON array of {"name", "parameters"}; finish_reason "tool_calls".
+
+Streamed, a named function goes out as it is generated: the call's id, type and name first, then its
+arguments piece by piece. "required" produces a JSON list of calls, which is only known to parse at
+its end: its calls go out in one delta when the choice ends.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
 
@@ -29,6 +33,34 @@ class ToolCall:
             "type": "function",
             "function": {"name": self.name, "arguments": self.arguments},
         }
+
+
+@dataclass(frozen=True)
+class ToolReply:
+    """A whole choice's message: its text, or the calls it made, and its finish reason."""
+
+    content: str | None
+    calls: list[ToolCall]
+    finish_reason: str
+
+    def tool_calls(self) -> list[dict[str, Any]] | None:
+        return [call.as_message_part() for call in self.calls] or None
+
+
+class ToolCallDeltas(Protocol):
+    """A streamed reply's deltas, choice by choice."""
+
+    def text(self, index: int, text: str) -> dict[str, Any]: ...
+
+    def end(self, index: int, finish_reason: str) -> tuple[dict[str, Any], str]: ...
+
+
+class ToolCalling(Protocol):
+    """How a chat request's tools are called: a reply's calls, whole or streamed."""
+
+    def reply(self, text: str, finish_reason: str) -> ToolReply: ...
+
+    def stream(self) -> ToolCallDeltas: ...
 
 
 @dataclass(frozen=True)
@@ -67,6 +99,16 @@ class ToolCallMode:
             return None
         return [ToolCall(new_call_id(), c["name"], json.dumps(c["parameters"])) for c in calls]
 
+    def reply(self, text: str, finish_reason: str) -> ToolReply:
+        """A whole reply: its calls, or its text where it does not parse."""
+        calls = self.parse(text)
+        if calls is None:
+            return ToolReply(text, [], finish_reason)
+        return ToolReply(None, calls, self.finish_reason(finish_reason, calls))
+
+    def stream(self) -> ToolCallStream:
+        return ToolCallStream(self)
+
     def finish_reason(self, generation_reason: str, calls: list[ToolCall] | None) -> str:
         """vLLM's: "tool_calls" when "required" made calls, else the generation's own."""
         if self.named is None and calls and generation_reason == "stop":
@@ -76,3 +118,36 @@ class ToolCallMode:
 
 def new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
+
+
+class ToolCallStream:
+    def __init__(self, mode: ToolCallMode) -> None:
+        self.mode = mode
+        self._texts: dict[int, list[str]] = {}  # choice -> its text so far
+
+    def text(self, index: int, text: str) -> dict[str, Any]:
+        """The delta for a piece of a choice's text (empty: nothing to send yet)."""
+        started = index in self._texts
+        self._texts.setdefault(index, []).append(text)
+        if self.mode.named is None:
+            return {}
+        call: dict[str, Any] = {"index": 0, "function": {"arguments": text}}
+        if not started:
+            call = {
+                "index": 0,
+                "id": new_call_id(),
+                "type": "function",
+                "function": {"name": self.mode.named, "arguments": text},
+            }
+        return {"tool_calls": [call]}
+
+    def end(self, index: int, finish_reason: str) -> tuple[dict[str, Any], str]:
+        """The delta that closes a choice (its calls, for "required") and its finish reason."""
+        text = "".join(self._texts.pop(index, []))
+        if self.mode.named is not None:
+            return {}, finish_reason
+        calls = self.mode.parse(text)
+        if calls is None:  # cut short: what was generated goes out as text
+            return ({"content": text} if text else {}), finish_reason
+        parts = [{"index": i, **call.as_message_part()} for i, call in enumerate(calls)]
+        return {"tool_calls": parts}, self.mode.finish_reason(finish_reason, calls)

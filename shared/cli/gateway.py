@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
+from treespec.gateway.tool_parsers import TOOL_CALL_PARSERS
 from treespec.shared.cli.arg_types import port, positive_int
 from treespec.shared.model.store import models_dir, resolve_model_path
 
@@ -36,7 +38,32 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument(
         "--max-body-bytes", type=positive_int, default=1 << 20, help="largest request body accepted"
     )
+    add_tool_call_arguments(p)
     p.set_defaults(handler=_run)
+
+
+def add_tool_call_arguments(p: argparse.ArgumentParser) -> None:
+    """vLLM's flags for tool_choice "auto" (SGLang's `--tool-call-parser` alone does the same)."""
+    p.add_argument(
+        "--tool-call-parser",
+        choices=sorted(TOOL_CALL_PARSERS),
+        default=None,
+        help="the model's tool-call format, read out of its replies for tool_choice 'auto' (hermes: "
+        "Qwen2.5/3, Hermes; llama3_json: Llama 3.1+); default: 'auto' is refused",
+    )
+    p.add_argument(
+        "--enable-auto-tool-choice",
+        action="store_true",
+        help="as in vLLM: allow tool_choice 'auto' (needs --tool-call-parser, which enables it alone too)",
+    )
+
+
+def tool_call_parser(ns: argparse.Namespace) -> str | None:
+    """The parser the flags name; an --enable-auto-tool-choice without one is an error."""
+    if ns.enable_auto_tool_choice and ns.tool_call_parser is None:
+        raise ValueError("--enable-auto-tool-choice needs --tool-call-parser")
+    parser: str | None = ns.tool_call_parser
+    return parser
 
 
 def _run(ns: argparse.Namespace) -> int:
@@ -45,6 +72,11 @@ def _run(ns: argparse.Namespace) -> int:
     from treespec.shared.telemetry.tracing import build_tracer_provider, install_tracer_provider
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    try:
+        parser = tool_call_parser(ns)
+    except ValueError as exc:
+        print(f"treespec gateway: error: {exc}", file=sys.stderr)
+        return 2
     config = GatewayConfig(
         verifier_addresses=tuple(a.strip() for a in ns.verifier_address.split(",") if a.strip()),
         model_path=Path(resolve_model_path(ns.model_path, models_dir())),
@@ -53,6 +85,7 @@ def _run(ns: argparse.Namespace) -> int:
         max_body_bytes=ns.max_body_bytes,
         host=ns.host,
         port=ns.port,
+        tool_call_parser=parser,
     )
     provider = build_tracer_provider("treespec-gateway")
     install_tracer_provider(provider)

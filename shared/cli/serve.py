@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from treespec.shared.cli.arg_types import port, positive_int
+from treespec.shared.cli.gateway import add_tool_call_arguments, tool_call_parser
 from treespec.shared.cli.ngram_flags import option_arguments
 from treespec.shared.cli.plugin_flags import add_plugin_arguments, check_plugin_options, plugin_options
 from treespec.shared.cli.speculation_flags import add_budget_arguments, default_budget, resolve_budget
@@ -46,6 +47,7 @@ class ServeConfig:
     verifier_metrics_port: int | None
     drafter_options: dict[str, Any] = field(default_factory=dict)  # plugin options (NGRAM flags)
     prefix_caching: bool = True
+    tool_call_parser: str | None = None  # the gateway's, for tool_choice "auto"
     node_cost: float | None = None  # None: the verifier measures it
     tree_cost: float | None = None  # with node_cost only
     # For COLOCATED_ALGORITHMS: the verifier's co-location socket, in a private (0700) directory.
@@ -111,6 +113,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", action="append", default=[], help="accepted API key (repeatable)")
     p.add_argument("--served-model-name", default=None)
     add_prefix_caching_argument(p)
+    add_tool_call_arguments(p)
     add_plugin_arguments(p)
     p.set_defaults(handler=_run)
 
@@ -121,6 +124,7 @@ def _run(ns: argparse.Namespace) -> int:
     try:
         check_plugin_options(ns.speculative_algorithm, options)
         budget = resolve_budget(ns, ns.speculative_algorithm, options)
+        parser = tool_call_parser(ns)
     except ValueError as exc:
         print(f"treespec serve: error: {exc}", file=sys.stderr)
         return 2
@@ -139,6 +143,7 @@ def _run(ns: argparse.Namespace) -> int:
         served_model_name=ns.served_model_name,
         verifier_metrics_port=ns.verifier_metrics_port,
         prefix_caching=not ns.disable_prefix_caching,
+        tool_call_parser=parser,
         drafter_options=options,
         node_cost=budget.node_cost,
         tree_cost=budget.tree_cost,
@@ -203,5 +208,7 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
         gateway += ["--api-key", key]
     if c.served_model_name:
         gateway += ["--served-model-name", c.served_model_name]
+    if c.tool_call_parser is not None:
+        gateway += ["--tool-call-parser", c.tool_call_parser]
     out.append(ServiceProcess("gateway", gateway, lambda: http_ok(f"{c.url}/health")))
     return out

@@ -75,10 +75,15 @@ def start_verifier(model_path: Path, port: int, log_dir: Path, algorithm: str = 
 
 
 def start_gateway(
-    model_path: Path, verifier_port: int, port: int, log_dir: Path, api_keys: tuple[str, ...] = ()
+    model_path: Path,
+    verifier_port: int,
+    port: int,
+    log_dir: Path,
+    api_keys: tuple[str, ...] = (),
+    flags: tuple[str, ...] = (),
 ) -> Service:
     args = ["gateway", "--model-path", str(model_path), "--verifier-address", f"127.0.0.1:{verifier_port}"]
-    args += ["--port", str(port)]
+    args += ["--port", str(port), *flags]
     for key in api_keys:
         args += ["--api-key", key]
     service = start(f"gateway:{port}", args, log_dir / f"gateway-{port}.log")

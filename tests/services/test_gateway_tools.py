@@ -1,7 +1,8 @@
 """Function calling through the OpenAI SDK against a real verifier (SmolLM2-135M on CPU, random
-drafts), as vLLM serves it without a tool-call parser: a named function or "required" is structured
-output, and the JSON becomes the message's tool_calls; "auto" is refused. Whole and streamed, and a
-conversation that carries the calls and the tools' answers back."""
+drafts): a named function or "required" is structured output, and the JSON becomes the message's
+tool_calls; "auto" is refused by a gateway without a tool-call parser (test_gateway_auto_tools.py
+starts one with a parser). Whole and streamed, and a conversation that carries the calls and the
+tools' answers back."""
 
 from __future__ import annotations
 

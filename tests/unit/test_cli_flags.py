@@ -137,3 +137,30 @@ def test_prefix_caching_is_on_unless_disabled_through_serve_and_verifier(tmp_pat
         if p.name == "verifier"
     )
     assert "--disable-prefix-caching" in verifier.argv
+
+
+def test_the_tool_call_parser_reaches_the_gateway_through_serve(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from treespec.shared.cli.gateway import tool_call_parser
+    from treespec.shared.cli.main import build_parser
+    from treespec.shared.cli.serve import ServeConfig, services
+
+    def parser(*flags: str) -> str | None:
+        return tool_call_parser(build_parser().parse_args(["gateway", "--verifier-address", "h:1", *flags]))
+
+    assert parser() is None
+    assert parser("--tool-call-parser", "hermes") == "hermes"  # SGLang's: the parser alone enables "auto"
+    assert parser("--enable-auto-tool-choice", "--tool-call-parser", "llama3_json") == "llama3_json"  # vLLM's
+    assert _exit_code(["serve", "--enable-auto-tool-choice"]) == 2
+    assert "--enable-auto-tool-choice needs --tool-call-parser" in capsys.readouterr().err
+    assert _exit_code(["gateway", "--verifier-address", "h:1", "--tool-call-parser", "nope"]) == 2
+    assert "--tool-call-parser" in capsys.readouterr().err
+
+    def gateway_argv(**overrides: str | None) -> list[str]:
+        config = ServeConfig.on_free_ports(tmp_path, "NGRAM", **overrides)
+        return list(next(p for p in services(config) if p.name == "gateway").argv)
+
+    assert "--tool-call-parser" not in gateway_argv()
+    argv = gateway_argv(tool_call_parser="hermes")
+    assert argv[argv.index("--tool-call-parser") + 1] == "hermes"

@@ -27,8 +27,7 @@ from treespec.gateway.run import GenerationRun
 from treespec.gateway.schemas import ChatCompletionRequest
 from treespec.gateway.sse import DONE, event_stream, primed, sse_chunk, sse_error
 from treespec.gateway.state import GatewayState, gateway_state
-from treespec.gateway.tool_call_stream import ToolCallStream
-from treespec.gateway.tool_calls import ToolCallMode
+from treespec.gateway.tool_calls import ToolCalling
 
 router = APIRouter()
 
@@ -38,10 +37,10 @@ async def chat_completions(
     body: ChatCompletionRequest, request: Request, state: Annotated[GatewayState, Depends(gateway_state)]
 ) -> Response:
     state.check_model(body.model)
+    tools = state.auto_tool_calls() if body.auto_tool_choice else body.tool_call_mode
     messages = [message.template_message() for message in body.messages]
     prompt = await asyncio.to_thread(state.tokenizer.chat_prompt, messages, body.template_tools)
     run = await GenerationRun.start(state, body, [prompt], body.token_limit, "chat", "chatcmpl")
-    tools = body.tool_call_mode
     if body.stream:
         events = await cancel_on_disconnect(request, primed(run.events()))
         return event_stream(_stream(run, events, body.include_usage, body.logprobs is True, tools))
@@ -68,16 +67,16 @@ async def chat_completions(
 
 
 def _choice(
-    index: int, text: str, finish_reason: str, tools: ToolCallMode | None, logprobs: ChatLogprobs | None
+    index: int, text: str, finish_reason: str, tools: ToolCalling | None, logprobs: ChatLogprobs | None
 ) -> ChatChoice:
     """A whole reply: its text, or the tool calls it made (text that does not parse stays text)."""
-    calls = tools.parse(text) if tools is not None else None
-    if tools is None or calls is None:
-        message = ChatMessageOut(content=text)
-    else:
-        message = ChatMessageOut(content=None, tool_calls=[c.as_message_part() for c in calls])
-        finish_reason = tools.finish_reason(finish_reason, calls)
-    return ChatChoice(index=index, message=message, logprobs=logprobs, finish_reason=finish_reason)
+    if tools is None:
+        return ChatChoice(
+            index=index, message=ChatMessageOut(content=text), logprobs=logprobs, finish_reason=finish_reason
+        )
+    reply = tools.reply(text, finish_reason)
+    message = ChatMessageOut(content=reply.content, tool_calls=reply.tool_calls())
+    return ChatChoice(index=index, message=message, logprobs=logprobs, finish_reason=reply.finish_reason)
 
 
 async def _stream(
@@ -85,10 +84,10 @@ async def _stream(
     events: AsyncGenerator[Event, None],
     include_usage: bool,
     logprobs: bool,
-    tools: ToolCallMode | None,
+    tools: ToolCalling | None,
 ) -> AsyncIterator[bytes]:
     texts = run.state.tokenizer.token_texts
-    calls = ToolCallStream(tools) if tools is not None else None
+    calls = tools.stream() if tools is not None else None
 
     def chunk(choice: ChatChunkChoice, meta: MetaInfo | None = None) -> bytes:
         return sse_chunk(

@@ -97,7 +97,6 @@ def test_content_parts_and_developer_role() -> None:
         ({"logprobs": True, "top_logprobs": 21}, "invalid_value", "top_logprobs"),
         ({"logprobs": True, "top_logprobs": -1}, "invalid_value", "top_logprobs"),
         ({"tools": [{"type": "function"}]}, "missing_required_parameter", "tools.0.function"),
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "unsupported_parameter", None),
         ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "invalid_value", None),
         ({"tool_choice": "sometimes"}, "invalid_value", None),
         ({"functions": [{"name": "f"}]}, "unsupported_parameter", "functions"),
@@ -297,6 +296,12 @@ def test_tool_calls_and_answers_reach_the_template() -> None:
         {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
     ]
     assert _chat(tools=body.template_tools, tool_choice="none").template_tools is None
+    assert not body.auto_tool_choice
+    for choice in ({}, {"tool_choice": "auto"}):  # the model decides (the gateway's parser reads its calls)
+        auto = _chat(tools=body.template_tools, **choice)
+        assert auto.auto_tool_choice and auto.tool_call_mode is None and auto.constraint is None
+        assert auto.template_tools == body.template_tools
+    assert not _chat(tool_choice="auto").auto_tool_choice  # no tools: nothing to call
 
 
 def test_null_means_the_default() -> None:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from treespec.gateway.tool_call_stream import ToolCallStream
-from treespec.gateway.tool_calls import ToolCallMode
+from treespec.gateway.tool_calls import ToolCallMode, ToolCallStream
 
 PARAMS: dict[str, dict[str, Any]] = {
     "a": {"type": "object", "properties": {"x": {"type": "integer"}}},
@@ -35,6 +34,15 @@ def test_required_asks_for_a_list_of_calls_to_any_tool() -> None:
     assert len({c.id for c in calls}) == 2
     assert mode.finish_reason("stop", calls) == "tool_calls"
     assert mode.finish_reason("length", None) == "length"
+
+
+def test_a_reply_holds_the_calls_or_the_text_that_does_not_parse() -> None:
+    reply = ToolCallMode(None, PARAMS).reply('[{"name": "b", "parameters": {}}]', "stop")
+    assert reply.content is None and reply.finish_reason == "tool_calls"
+    (call,) = reply.tool_calls() or []
+    assert call["type"] == "function" and call["function"] == {"name": "b", "arguments": "{}"}
+    cut = ToolCallMode("a", PARAMS).reply('{"x": 1', "length")
+    assert (cut.content, cut.calls, cut.finish_reason, cut.tool_calls()) == ('{"x": 1', [], "length", None)
 
 
 def test_a_named_call_streams_as_it_is_generated() -> None:

@@ -1,0 +1,73 @@
+"""What a tool-call parser is: it reads the calls a model writes in its own format out of its text.
+
+A chat template shows a model its tools, and a model trained for function calling answers with calls
+in its own markup (Hermes' `<tool_call>{...}</tool_call>`, Llama 3's bare JSON...). With tool_choice
+"auto" the output is free text, so the gateway reads it with the parser named by `--tool-call-parser`,
+as vLLM and SGLang do: the text around the calls stays the message's content. A reader takes a choice's
+text piece by piece as it is generated (the stream) or all at once (the whole reply), and returns what
+is settled: plain text, or a call. Markup that does not hold a well-formed call stays text.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class ParsedCall:
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
+
+
+Piece = str | ParsedCall  # settled text, or a call
+
+
+class ToolCallReader(ABC):
+    """One choice's text, read as it arrives."""
+
+    @abstractmethod
+    def feed(self, text: str) -> list[Piece]:
+        """The pieces `text` settles (text that may still open a call is held back)."""
+
+    @abstractmethod
+    def finish(self) -> list[Piece]:
+        """The rest, once the choice has ended."""
+
+
+class ToolCallParser(ABC):
+    name: ClassVar[str]
+
+    @abstractmethod
+    def reader(self) -> ToolCallReader:
+        """A reader for one choice."""
+
+    def parse(self, text: str) -> list[Piece]:
+        """A whole reply's pieces."""
+        reader = self.reader()
+        return reader.feed(text) + reader.finish()
+
+
+def call_from_json(value: Any) -> ParsedCall | None:
+    """A call from its JSON form: {"name": ..., "arguments" or "parameters": {...}}; None if it is not one."""
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str) or not value["name"]:
+        return None
+    arguments = value.get("arguments", value.get("parameters", {}))
+    if isinstance(arguments, str):  # some models write the arguments as JSON text already
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            return None
+    if not isinstance(arguments, dict):
+        return None
+    return ParsedCall(value["name"], json.dumps(arguments, ensure_ascii=False))
+
+
+def held_back(text: str, marker: str) -> int:
+    """How many characters at the end of `text` could be the start of `marker`."""
+    for size in range(min(len(text), len(marker) - 1), 0, -1):
+        if marker.startswith(text[-size:]):
+            return size
+    return 0

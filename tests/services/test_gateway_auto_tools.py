@@ -1,0 +1,110 @@
+"""tool_choice "auto" through the OpenAI SDK: a gateway started with `--tool-call-parser hermes` in
+front of a real verifier (SmolLM2-135M on CPU, random drafts). SmolLM2 was not trained for function
+calling and its template does not render tools, so earlier turns show it the Hermes format, which it
+then follows: its calls come back as tool_calls, the text around them as content, whole and streamed;
+a reply without calls is plain text."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
+from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
+
+from tests.services.gateway_stack import KEY, MODEL, healthy, start_gateway
+from treespec.shared.launcher.ports import free_port
+
+pytestmark = pytest.mark.slow
+
+WEATHER: ChatCompletionToolParam = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"enum": ["C", "F"]}},
+        },
+    },
+}
+
+
+def _hermes_call(city: str) -> str:
+    call = {"name": "get_weather", "arguments": {"city": city, "unit": "C"}}
+    return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
+
+
+def _asking(preface: str = "") -> list[ChatCompletionMessageParam]:
+    """A conversation whose earlier turn answered with a call in Hermes' format."""
+    return [
+        {"role": "user", "content": "Hi, who are you?"},
+        {"role": "assistant", "content": "I am a helpful assistant."},
+        {"role": "user", "content": "What is the weather in Rome?"},
+        {"role": "assistant", "content": preface + _hermes_call("Rome")},
+        {"role": "user", "content": "What is the weather in Paris?"},
+    ]
+
+
+@pytest.fixture(scope="module")
+def auto_client(
+    model_path: Path, verifier: int, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[openai.OpenAI]:
+    port = free_port()
+    flags = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
+    service = start_gateway(model_path, verifier, port, tmp_path_factory.mktemp("auto-tools"), (KEY,), flags)
+    url = f"http://127.0.0.1:{port}"
+    service.wait_until(lambda: healthy(url), timeout_s=60)
+    yield openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, timeout=120)
+    service.stop()
+
+
+def _kwargs(**fields: Any) -> dict[str, Any]:
+    return {"model": MODEL, "tools": [WEATHER], "max_tokens": 48, "temperature": 0, **fields}
+
+
+def test_a_call_in_the_models_format_becomes_a_tool_call(auto_client: openai.OpenAI) -> None:
+    reply = auto_client.chat.completions.create(messages=_asking(), **_kwargs())
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    (call,) = choice.message.tool_calls or []
+    assert call.type == "function" and call.id.startswith("call_")
+    assert call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == {"city": "Paris", "unit": "C"}
+
+
+def test_text_before_a_call_stays_content_and_streams_as_whole(auto_client: openai.OpenAI) -> None:
+    messages = _asking("Let me look.\n")
+    whole = auto_client.chat.completions.create(messages=messages, **_kwargs()).choices[0]
+    assert whole.message.content == "Let me look." and whole.finish_reason == "tool_calls"
+    (call,) = whole.message.tool_calls or []
+    content: list[str] = []
+    calls: list[ChoiceDeltaToolCall] = []
+    reasons: list[str | None] = []
+    for chunk in auto_client.chat.completions.create(messages=messages, stream=True, **_kwargs()):
+        for streamed in chunk.choices:
+            content.append(streamed.delta.content or "")
+            calls += streamed.delta.tool_calls or []
+            reasons.append(streamed.finish_reason)
+    assert "".join(content) == "Let me look."
+    (streamed_call,) = calls
+    assert streamed_call.index == 0 and streamed_call.id and streamed_call.function
+    assert (streamed_call.function.name, streamed_call.function.arguments) == (
+        call.function.name,
+        call.function.arguments,
+    )
+    assert [r for r in reasons if r] == ["tool_calls"]
+
+
+def test_a_reply_without_calls_is_text(auto_client: openai.OpenAI) -> None:
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello."}]
+    plain = auto_client.chat.completions.create(messages=messages, **_kwargs(max_tokens=12, tools=None))
+    reply = auto_client.chat.completions.create(
+        messages=messages, **_kwargs(max_tokens=12, tool_choice="auto")
+    )
+    choice = reply.choices[0]
+    assert not choice.message.tool_calls and choice.finish_reason in ("stop", "length")
+    assert choice.message.content == plain.choices[0].message.content  # SmolLM2's template drops the tools
