@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from treespec.gateway.reasoning_parsers import REASONING_PARSERS
 from treespec.gateway.tool_parsers import TOOL_CALL_PARSERS
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
@@ -26,6 +27,8 @@ class GatewayConfig:
     model_info_attempts: int = 3
     # The model's tool-call format, for tool_choice "auto" (a name in TOOL_CALL_PARSERS); None: refused.
     tool_call_parser: str | None = None
+    # Thinking models: splits the reasoning off the answer (a name in REASONING_PARSERS); None: all text.
+    reasoning_parser: str | None = None
 
     def __post_init__(self) -> None:
         if not self.verifier_addresses:
@@ -35,6 +38,9 @@ class GatewayConfig:
         if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_CALL_PARSERS:
             known = ", ".join(sorted(TOOL_CALL_PARSERS))
             raise ValueError(f"unknown tool-call parser {self.tool_call_parser!r} (known: {known})")
+        if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
+            known = ", ".join(sorted(REASONING_PARSERS))
+            raise ValueError(f"unknown reasoning parser {self.reasoning_parser!r} (known: {known})")
 
     @property
     def model_name(self) -> str:

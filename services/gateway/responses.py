@@ -61,6 +61,8 @@ class CompletionLogprobs(BaseModel):
 class ChatMessageOut(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None
+    # vLLM's and SGLang's: the thinking of a reasoning model, split off by --reasoning-parser.
+    reasoning_content: str | None = None
     tool_calls: list[dict[str, Any]] | None = None  # OpenAI's shape: id, type "function", function
 
 

@@ -257,6 +257,7 @@ class ChatMessage(BaseModel):
     name: str | None = None
     tool_calls: list[MessageToolCall] | None = None  # an assistant's
     tool_call_id: str | None = None  # a tool's answer: the call it answers
+    reasoning_content: str | None = None  # an assistant's thinking, as --reasoning-parser returned it
     # An assistant's, known to OpenAI, not implemented: accepted at their neutral value only.
     refusal: str | None = None
     annotations: list[Any] | None = None
@@ -286,6 +287,10 @@ class ChatMessage(BaseModel):
     def _tool_fields_by_role(self) -> ChatMessage:
         if self.tool_calls and self.role != "assistant":
             raise PydanticCustomError("invalid_value", "only an assistant's message may hold tool_calls")
+        if self.reasoning_content is not None and self.role != "assistant":
+            raise PydanticCustomError(
+                "invalid_value", "only an assistant's message may hold reasoning_content"
+            )
         if self.role == "tool" and not self.tool_call_id:
             raise PydanticCustomError("missing", "a tool's message needs its 'tool_call_id'")
         return self
@@ -298,6 +303,8 @@ class ChatMessage(BaseModel):
             message["tool_calls"] = [call.template_call() for call in self.tool_calls]
         if self.tool_call_id is not None:
             message["tool_call_id"] = self.tool_call_id
+        if self.reasoning_content is not None:  # templates that show earlier thinking read it (Qwen3's)
+            message["reasoning_content"] = self.reasoning_content
         return message
 
 

@@ -12,6 +12,8 @@ from treespec.gateway.auto_tool_calls import AutoToolCalls
 from treespec.gateway.config import GatewayConfig
 from treespec.gateway.errors import APIError
 from treespec.gateway.metrics import GatewayMetrics
+from treespec.gateway.reasoning_parsers import REASONING_PARSERS
+from treespec.gateway.reasoning_parsers.base import ReasoningParser
 from treespec.gateway.tokenizer import PromptTokenizer
 from treespec.gateway.tool_parsers import TOOL_CALL_PARSERS
 from treespec.gateway.verifier_client import VerifierClient
@@ -35,6 +37,11 @@ class GatewayState:
                 code="model_not_found",
                 param="model",
             )
+
+    def reasoning_parser(self) -> ReasoningParser | None:
+        """The thinking models' reasoning parser (--reasoning-parser), or None."""
+        name = self.config.reasoning_parser
+        return REASONING_PARSERS[name]() if name is not None else None
 
     def auto_tool_calls(self) -> AutoToolCalls:
         """tool_choice "auto" read with the model's tool-call parser; a 400 when none was configured."""

@@ -7,6 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
+from treespec.gateway.reasoning_parsers import REASONING_PARSERS
 from treespec.gateway.tool_parsers import TOOL_CALL_PARSERS
 from treespec.shared.cli.arg_types import port, positive_int
 from treespec.shared.model.store import models_dir, resolve_model_path
@@ -38,12 +39,20 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument(
         "--max-body-bytes", type=positive_int, default=1 << 20, help="largest request body accepted"
     )
-    add_tool_call_arguments(p)
+    add_reply_parser_arguments(p)
     p.set_defaults(handler=_run)
 
 
-def add_tool_call_arguments(p: argparse.ArgumentParser) -> None:
-    """vLLM's flags for tool_choice "auto" (SGLang's `--tool-call-parser` alone does the same)."""
+def add_reply_parser_arguments(p: argparse.ArgumentParser) -> None:
+    """How replies are read: vLLM's flags for tool_choice "auto" (SGLang's `--tool-call-parser` alone
+    does the same) and for thinking models' reasoning."""
+    p.add_argument(
+        "--reasoning-parser",
+        choices=sorted(REASONING_PARSERS),
+        default=None,
+        help="split a thinking model's <think> reasoning off its answer, into reasoning_content "
+        "(deepseek_r1: reasoning until </think>; qwen3: only after a leading <think>); default: all text",
+    )
     p.add_argument(
         "--tool-call-parser",
         choices=sorted(TOOL_CALL_PARSERS),
@@ -86,6 +95,7 @@ def _run(ns: argparse.Namespace) -> int:
         host=ns.host,
         port=ns.port,
         tool_call_parser=parser,
+        reasoning_parser=ns.reasoning_parser,
     )
     provider = build_tracer_provider("treespec-gateway")
     install_tracer_provider(provider)

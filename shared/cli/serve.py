@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from treespec.shared.cli.arg_types import port, positive_int
-from treespec.shared.cli.gateway import add_tool_call_arguments, tool_call_parser
+from treespec.shared.cli.gateway import add_reply_parser_arguments, tool_call_parser
 from treespec.shared.cli.ngram_flags import option_arguments
 from treespec.shared.cli.plugin_flags import add_plugin_arguments, check_plugin_options, plugin_options
 from treespec.shared.cli.speculation_flags import add_budget_arguments, default_budget, resolve_budget
@@ -48,6 +48,7 @@ class ServeConfig:
     drafter_options: dict[str, Any] = field(default_factory=dict)  # plugin options (NGRAM flags)
     prefix_caching: bool = True
     tool_call_parser: str | None = None  # the gateway's, for tool_choice "auto"
+    reasoning_parser: str | None = None  # the gateway's, for thinking models
     node_cost: float | None = None  # None: the verifier measures it
     tree_cost: float | None = None  # with node_cost only
     # For COLOCATED_ALGORITHMS: the verifier's co-location socket, in a private (0700) directory.
@@ -113,7 +114,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", action="append", default=[], help="accepted API key (repeatable)")
     p.add_argument("--served-model-name", default=None)
     add_prefix_caching_argument(p)
-    add_tool_call_arguments(p)
+    add_reply_parser_arguments(p)
     add_plugin_arguments(p)
     p.set_defaults(handler=_run)
 
@@ -144,6 +145,7 @@ def _run(ns: argparse.Namespace) -> int:
         verifier_metrics_port=ns.verifier_metrics_port,
         prefix_caching=not ns.disable_prefix_caching,
         tool_call_parser=parser,
+        reasoning_parser=ns.reasoning_parser,
         drafter_options=options,
         node_cost=budget.node_cost,
         tree_cost=budget.tree_cost,
@@ -210,5 +212,7 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
         gateway += ["--served-model-name", c.served_model_name]
     if c.tool_call_parser is not None:
         gateway += ["--tool-call-parser", c.tool_call_parser]
+    if c.reasoning_parser is not None:
+        gateway += ["--reasoning-parser", c.reasoning_parser]
     out.append(ServiceProcess("gateway", gateway, lambda: http_ok(f"{c.url}/health")))
     return out

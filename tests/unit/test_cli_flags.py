@@ -164,3 +164,15 @@ def test_the_tool_call_parser_reaches_the_gateway_through_serve(
     assert "--tool-call-parser" not in gateway_argv()
     argv = gateway_argv(tool_call_parser="hermes")
     assert argv[argv.index("--tool-call-parser") + 1] == "hermes"
+
+
+def test_the_reasoning_parser_reaches_the_gateway_through_serve(tmp_path: Path) -> None:
+    from treespec.shared.cli.main import build_parser
+    from treespec.shared.cli.serve import ServeConfig, services
+
+    ns = build_parser().parse_args(["serve", "--reasoning-parser", "deepseek_r1"])
+    assert ns.reasoning_parser == "deepseek_r1"
+    assert _exit_code(["gateway", "--verifier-address", "h:1", "--reasoning-parser", "o1"]) == 2
+    config = ServeConfig.on_free_ports(tmp_path, "NGRAM", reasoning_parser="qwen3")
+    argv = list(next(p for p in services(config) if p.name == "gateway").argv)
+    assert argv[argv.index("--reasoning-parser") + 1] == "qwen3"

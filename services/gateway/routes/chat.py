@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
+from treespec.gateway.chat_reply import ChatReplies
 from treespec.gateway.disconnect import cancel_on_disconnect
 from treespec.gateway.errors import APIError
 from treespec.gateway.generation import Event, TextDelta
@@ -27,7 +28,6 @@ from treespec.gateway.run import GenerationRun
 from treespec.gateway.schemas import ChatCompletionRequest
 from treespec.gateway.sse import DONE, event_stream, primed, sse_chunk, sse_error
 from treespec.gateway.state import GatewayState, gateway_state
-from treespec.gateway.tool_calls import ToolCalling
 
 router = APIRouter()
 
@@ -37,13 +37,18 @@ async def chat_completions(
     body: ChatCompletionRequest, request: Request, state: Annotated[GatewayState, Depends(gateway_state)]
 ) -> Response:
     state.check_model(body.model)
-    tools = state.auto_tool_calls() if body.auto_tool_choice else body.tool_call_mode
+    # A grammar (structured output, a named or required tool call) holds from the first token: no
+    # reasoning comes before it.
+    reasoning = state.reasoning_parser() if body.constraint is None else None
+    replies = ChatReplies(
+        reasoning, state.auto_tool_calls() if body.auto_tool_choice else body.tool_call_mode
+    )
     messages = [message.template_message() for message in body.messages]
     prompt = await asyncio.to_thread(state.tokenizer.chat_prompt, messages, body.template_tools)
     run = await GenerationRun.start(state, body, [prompt], body.token_limit, "chat", "chatcmpl")
     if body.stream:
         events = await cancel_on_disconnect(request, primed(run.events()))
-        return event_stream(_stream(run, events, body.include_usage, body.logprobs is True, tools))
+        return event_stream(_stream(run, events, body.include_usage, body.logprobs is True, replies))
     outcome = await cancel_on_disconnect(request, run.collect())
     texts = state.tokenizer.token_texts
     response = ChatCompletion(
@@ -55,7 +60,7 @@ async def chat_completions(
                 job.index,
                 outcome.text(job.index),
                 outcome.finish_reason(job.index),
-                tools,
+                replies,
                 chat_logprobs(texts, [e for e, _ in outcome.logprobs(job.index)]) if body.logprobs else None,
             )
             for job in run.jobs
@@ -67,15 +72,13 @@ async def chat_completions(
 
 
 def _choice(
-    index: int, text: str, finish_reason: str, tools: ToolCalling | None, logprobs: ChatLogprobs | None
+    index: int, text: str, finish_reason: str, replies: ChatReplies, logprobs: ChatLogprobs | None
 ) -> ChatChoice:
-    """A whole reply: its text, or the tool calls it made (text that does not parse stays text)."""
-    if tools is None:
-        return ChatChoice(
-            index=index, message=ChatMessageOut(content=text), logprobs=logprobs, finish_reason=finish_reason
-        )
-    reply = tools.reply(text, finish_reason)
-    message = ChatMessageOut(content=reply.content, tool_calls=reply.tool_calls())
+    """A whole reply: its reasoning, its text, and the tool calls it made."""
+    reply = replies.message(text, finish_reason)
+    message = ChatMessageOut(
+        content=reply.content, reasoning_content=reply.reasoning, tool_calls=reply.tool_calls
+    )
     return ChatChoice(index=index, message=message, logprobs=logprobs, finish_reason=reply.finish_reason)
 
 
@@ -84,10 +87,10 @@ async def _stream(
     events: AsyncGenerator[Event, None],
     include_usage: bool,
     logprobs: bool,
-    tools: ToolCalling | None,
+    replies: ChatReplies,
 ) -> AsyncIterator[bytes]:
     texts = run.state.tokenizer.token_texts
-    calls = tools.stream() if tools is not None else None
+    deltas = replies.stream()
 
     def chunk(choice: ChatChunkChoice, meta: MetaInfo | None = None) -> bytes:
         return sse_chunk(
@@ -102,15 +105,13 @@ async def _stream(
         async for event in events:
             if isinstance(event, TextDelta):
                 lp = chat_logprobs(texts, event.logprobs) if logprobs else None
-                delta = {"content": event.text} if calls is None else calls.text(event.index, event.text)
+                delta = deltas.text(event.index, event.text)
                 if delta or lp is not None:
                     yield chunk(ChatChunkChoice(index=event.index, delta=delta, logprobs=lp))
             else:
-                reason = event.finish_reason
-                if calls is not None:
-                    delta, reason = calls.end(event.index, reason)
-                    if delta:
-                        yield chunk(ChatChunkChoice(index=event.index, delta=delta))
+                delta, reason = deltas.end(event.index, event.finish_reason)
+                if delta:
+                    yield chunk(ChatChunkChoice(index=event.index, delta=delta))
                 choice = ChatChunkChoice(index=event.index, delta={}, finish_reason=reason)
                 yield chunk(choice, meta_info(event.spec))
     except APIError as error:

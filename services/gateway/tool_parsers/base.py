@@ -63,11 +63,3 @@ def call_from_json(value: Any) -> ParsedCall | None:
     if not isinstance(arguments, dict):
         return None
     return ParsedCall(value["name"], json.dumps(arguments, ensure_ascii=False))
-
-
-def held_back(text: str, marker: str) -> int:
-    """How many characters at the end of `text` could be the start of `marker`."""
-    for size in range(min(len(text), len(marker) - 1), 0, -1):
-        if marker.startswith(text[-size:]):
-            return size
-    return 0

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 
+from treespec.gateway.text_markers import held_back
 from treespec.gateway.tool_parsers.base import (
     ParsedCall,
     Piece,
     ToolCallParser,
     ToolCallReader,
     call_from_json,
-    held_back,
 )
 
 OPEN = "<tool_call>"

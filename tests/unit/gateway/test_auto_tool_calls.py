@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.gateway.text_pieces import random_pieces
 from treespec.gateway.auto_tool_calls import AutoToolCalls
 from treespec.gateway.tool_parsers.hermes import HermesParser
 
@@ -18,12 +19,7 @@ CALL = '<tool_call>{"name": "get_time", "arguments": {"zone": "%s"}}</tool_call>
 def _streamed(text: str, reason: str, rng: random.Random) -> tuple[str | None, list[dict[str, Any]], str]:
     """A streamed choice's content, calls and finish reason, as a client reassembles them."""
     stream = AutoToolCalls(HermesParser()).stream()
-    deltas: list[dict[str, Any]] = []
-    position = 0
-    while position < len(text):
-        size = rng.randint(1, 5)
-        deltas.append(stream.text(3, text[position : position + size]))
-        position += size
+    deltas = [stream.text(3, piece) for piece in random_pieces(text, rng, longest=5)]
     last, finish = stream.end(3, reason)
     deltas.append(last)
     content = "".join(d.get("content", "") for d in deltas)

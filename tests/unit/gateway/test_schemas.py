@@ -249,11 +249,26 @@ SDK_ASSISTANT = {  # what the openai SDK's `message.model_dump()` gives for a re
         ({**SDK_ASSISTANT, "tool_calls": [], "annotations": []}, "Hello"),
         ({"role": "assistant", "content": None}, ""),
         ({"role": "assistant"}, ""),
+        ({**SDK_ASSISTANT, "reasoning_content": None}, "Hello"),  # a gateway's reply without reasoning
     ],
 )
 def test_assistant_messages_as_the_sdk_writes_them(message: dict[str, Any], text: str) -> None:
     body = _chat(messages=[*MESSAGES, message, *MESSAGES])
     assert body.messages[1].template_message() == {"role": "assistant", "content": text}
+
+
+def test_an_assistants_reasoning_reaches_the_template() -> None:
+    body = _chat(messages=[*MESSAGES, {**SDK_ASSISTANT, "reasoning_content": "Hmm."}, *MESSAGES])
+    assert body.messages[1].template_message() == {
+        "role": "assistant",
+        "content": "Hello",
+        "reasoning_content": "Hmm.",
+    }
+    user = {"role": "user", "content": "x", "reasoning_content": "no"}
+    assert _refusal(ChatCompletionRequest, {"model": "m", "messages": [user]}) == (
+        "invalid_value",
+        "messages.0",
+    )
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.gateway.text_pieces import random_pieces
 from treespec.gateway.config import GatewayConfig
+from treespec.gateway.text_markers import held_back
 from treespec.gateway.tool_parsers import TOOL_CALL_PARSERS
-from treespec.gateway.tool_parsers.base import ParsedCall, Piece, ToolCallParser, call_from_json, held_back
+from treespec.gateway.tool_parsers.base import ParsedCall, Piece, ToolCallParser, call_from_json
 from treespec.gateway.tool_parsers.hermes import HermesParser
 from treespec.gateway.tool_parsers.llama3_json import Llama3JsonParser
 
@@ -35,12 +37,7 @@ def _merged(pieces: list[Piece]) -> list[Piece]:
 
 def _streamed(parser: ToolCallParser, text: str, rng: random.Random) -> list[Piece]:
     reader = parser.reader()
-    pieces: list[Piece] = []
-    position = 0
-    while position < len(text):
-        size = rng.randint(1, 6)
-        pieces += reader.feed(text[position : position + size])
-        position += size
+    pieces = [piece for chunk in random_pieces(text, rng, longest=6) for piece in reader.feed(chunk)]
     return pieces + reader.finish()
 
 

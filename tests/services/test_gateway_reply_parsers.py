@@ -1,8 +1,10 @@
-"""tool_choice "auto" through the OpenAI SDK: a gateway started with `--tool-call-parser hermes` in
-front of a real verifier (SmolLM2-135M on CPU, random drafts). SmolLM2 was not trained for function
-calling and its template does not render tools, so earlier turns show it the Hermes format, which it
-then follows: its calls come back as tool_calls, the text around them as content, whole and streamed;
-a reply without calls is plain text."""
+"""Replies read by parsers, through the OpenAI SDK: a gateway started with `--tool-call-parser hermes`
+and `--reasoning-parser qwen3` in front of a real verifier (SmolLM2-135M on CPU, random drafts).
+SmolLM2 was trained neither for function calling nor for thinking, and its template does not render
+tools, so earlier turns show it the formats, which it then follows. With tool_choice "auto" its calls
+come back as tool_calls and the text around them as content; its `<think>` text comes back as
+reasoning_content; whole and streamed alike. A reply without either is plain text, and structured
+output is never read as reasoning."""
 
 from __future__ import annotations
 
@@ -54,8 +56,8 @@ def auto_client(
     model_path: Path, verifier: int, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[openai.OpenAI]:
     port = free_port()
-    flags = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
-    service = start_gateway(model_path, verifier, port, tmp_path_factory.mktemp("auto-tools"), (KEY,), flags)
+    flags = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3")
+    service = start_gateway(model_path, verifier, port, tmp_path_factory.mktemp("parsers"), (KEY,), flags)
     url = f"http://127.0.0.1:{port}"
     service.wait_until(lambda: healthy(url), timeout_s=60)
     yield openai.OpenAI(base_url=f"{url}/v1", api_key=KEY, max_retries=0, timeout=120)
@@ -108,3 +110,42 @@ def test_a_reply_without_calls_is_text(auto_client: openai.OpenAI) -> None:
     choice = reply.choices[0]
     assert not choice.message.tool_calls and choice.finish_reason in ("stop", "length")
     assert choice.message.content == plain.choices[0].message.content  # SmolLM2's template drops the tools
+
+
+THINKING: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "What is the capital of France?"},
+    {"role": "assistant", "content": "<think>\nFrance's capital is Paris.\n</think>\n\nParis."},
+    {"role": "user", "content": "What is the capital of Italy?"},
+]
+
+
+def test_the_thinking_comes_back_as_reasoning_content(auto_client: openai.OpenAI) -> None:
+    kwargs: dict[str, Any] = {"model": MODEL, "messages": THINKING, "max_tokens": 40, "temperature": 0}
+    whole = auto_client.chat.completions.create(**kwargs).choices[0]
+    reasoning = (whole.message.model_extra or {}).get("reasoning_content")
+    assert isinstance(reasoning, str) and "Italy" in reasoning and "<think>" not in reasoning
+    assert whole.message.content and "</think>" not in whole.message.content and whole.finish_reason == "stop"
+    streamed_reasoning, streamed_content = [], []
+    for chunk in auto_client.chat.completions.create(stream=True, **kwargs):
+        for choice in chunk.choices:
+            streamed_reasoning.append((choice.delta.model_extra or {}).get("reasoning_content") or "")
+            streamed_content.append(choice.delta.content or "")
+    assert "".join(streamed_reasoning) == reasoning
+    assert "".join(streamed_content) == whole.message.content
+    # The reply goes back into the conversation as the SDK dumps it, its reasoning included.
+    history: list[Any] = [*THINKING, whole.message.model_dump(), {"role": "user", "content": "And Spain?"}]
+    follow_up = auto_client.chat.completions.create(model=MODEL, messages=history, max_tokens=4)
+    assert follow_up.choices[0].finish_reason in ("stop", "length")
+
+
+def test_structured_output_is_never_read_as_reasoning(auto_client: openai.OpenAI) -> None:
+    reply = auto_client.chat.completions.create(
+        model=MODEL,
+        messages=THINKING,
+        max_tokens=24,
+        temperature=0,
+        response_format={"type": "json_object"},
+    )
+    message = reply.choices[0].message
+    assert (message.model_extra or {}).get("reasoning_content") is None
+    assert message.content is not None and message.content.startswith("{")

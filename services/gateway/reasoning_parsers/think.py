@@ -1,0 +1,82 @@
+"""`<think>...</think>` reasoning, as DeepSeek-R1 and Qwen3 write it.
+
+deepseek_r1: the output is reasoning until `</think>` (its chat template may already have opened
+`<think>` in the prompt, so the output need not hold it); an output without `</think>` is all
+reasoning. qwen3: only an output that opens with `<think>` reasons (Qwen3 without thinking answers
+at once); one left open by the token limit stays reasoning. The answer's leading whitespace after
+`</think>` goes.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from treespec.gateway.reasoning_parsers.base import Part, ReasoningParser, ReasoningReader
+from treespec.gateway.text_markers import held_back
+
+START = "<think>"
+END = "</think>"
+
+
+class DeepSeekR1Parser(ReasoningParser):
+    name = "deepseek_r1"
+
+    def reader(self) -> ReasoningReader:
+        return ThinkReader(reasons_without_start=True)
+
+
+class Qwen3Parser(ReasoningParser):
+    name = "qwen3"
+
+    def reader(self) -> ReasoningReader:
+        return ThinkReader(reasons_without_start=False)
+
+
+class ThinkReader(ReasoningReader):
+    def __init__(self, reasons_without_start: bool) -> None:
+        self.reasons_without_start = reasons_without_start
+        self._state: Literal["opening", "reasoning", "answer"] = "opening"
+        self._pending = ""
+        self._answer_started = False
+
+    def feed(self, text: str) -> list[Part]:
+        self._pending += text
+        return self._settle(final=False)
+
+    def finish(self) -> list[Part]:
+        return self._settle(final=True)
+
+    def _settle(self, final: bool) -> list[Part]:
+        parts: list[Part] = []
+        if self._state == "opening" and not self._open(final):
+            return parts
+        if self._state == "reasoning":
+            end = self._pending.find(END)
+            if end < 0:
+                keep = 0 if final else held_back(self._pending, END)
+                parts.append(Part("reasoning", self._pending[: len(self._pending) - keep]))
+                self._pending = self._pending[len(self._pending) - keep :]
+            else:
+                parts.append(Part("reasoning", self._pending[:end]))
+                self._pending = self._pending[end + len(END) :]
+                self._state = "answer"
+        if self._state == "answer":
+            if not self._answer_started:
+                self._pending = self._pending.lstrip()
+                self._answer_started = bool(self._pending)
+            parts.append(Part("content", self._pending))
+            self._pending = ""
+        return [p for p in parts if p.text]
+
+    def _open(self, final: bool) -> bool:
+        """Whether the output's opening is known: `<think>` (dropped), or something else."""
+        head = self._pending.lstrip()
+        if not final and START.startswith(head):
+            return False  # nothing yet, or `<think>` being written
+        if head.startswith(START):
+            self._pending = head[len(START) :]
+            self._state = "reasoning"
+        else:
+            self._state = "reasoning" if self.reasons_without_start else "answer"
+            self._answer_started = not self.reasons_without_start
+        return True

@@ -1,0 +1,78 @@
+"""Reasoning parsers: the thinking split off the answer for each model's convention, a marker split
+across pieces, an output cut short, and the same parts however the text arrives."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from tests.unit.gateway.text_pieces import random_pieces
+from treespec.gateway.config import GatewayConfig
+from treespec.gateway.reasoning_parsers import REASONING_PARSERS
+from treespec.gateway.reasoning_parsers.base import Part, ReasoningParser
+from treespec.gateway.reasoning_parsers.think import DeepSeekR1Parser, Qwen3Parser
+
+
+def _split(parser: ReasoningParser, pieces: list[str]) -> tuple[str, str]:
+    reader = parser.reader()
+    parts: list[Part] = []
+    for piece in pieces:
+        parts += reader.feed(piece)
+    parts += reader.finish()
+    assert all(p.text for p in parts)
+    return "".join(p.text for p in parts if p.kind == "reasoning"), "".join(
+        p.text for p in parts if p.kind == "content"
+    )
+
+
+CASES = [
+    # (text, deepseek_r1's (reasoning, content), qwen3's)
+    (
+        "<think>\nTwo and two.\n</think>\n\nFour.",
+        ("\nTwo and two.\n", "Four."),
+        ("\nTwo and two.\n", "Four."),
+    ),
+    ("  <think>a</think>b  ", ("a", "b  "), ("a", "b  ")),
+    (
+        "Thinking in the prompt's <think>.</think> Answer",
+        ("Thinking in the prompt's <think>.", "Answer"),
+        None,
+    ),
+    ("No tags at all.", ("No tags at all.", ""), ("", "No tags at all.")),
+    ("<think>cut short by the lim", ("cut short by the lim", ""), ("cut short by the lim", "")),
+    ("<think></think>Straight away.", ("", "Straight away."), ("", "Straight away.")),
+    ("<thin", ("<thin", ""), ("", "<thin")),
+    ("", ("", ""), ("", "")),
+]
+
+
+@pytest.mark.parametrize(("text", "deepseek", "qwen3"), CASES)
+def test_the_thinking_is_split_off_the_answer(
+    text: str, deepseek: tuple[str, str], qwen3: tuple[str, str] | None
+) -> None:
+    qwen3 = qwen3 if qwen3 is not None else ("", text)
+    for parser, expected in ((DeepSeekR1Parser(), deepseek), (Qwen3Parser(), qwen3)):
+        assert _split(parser, [text]) == expected
+        for seed in range(20):
+            assert _split(parser, random_pieces(text, random.Random(seed))) == expected
+
+
+def test_a_marker_being_written_is_held_back() -> None:
+    reader = Qwen3Parser().reader()
+    assert reader.feed("<thi") == []
+    assert reader.feed("nk>Hmm </th") == [Part("reasoning", "Hmm ")]
+    assert reader.feed("ink>\n") == []  # the answer's leading whitespace goes
+    assert reader.feed(" Yes") == [Part("content", "Yes")]
+    assert reader.finish() == []
+
+
+def test_the_registry_and_the_config_name_each_parser() -> None:
+    assert {name: type(p()) for name, p in REASONING_PARSERS.items()} == {
+        "deepseek_r1": DeepSeekR1Parser,
+        "qwen3": Qwen3Parser,
+    }
+    assert GatewayConfig(("h:1",), Path("m"), reasoning_parser="qwen3").reasoning_parser == "qwen3"
+    with pytest.raises(ValueError, match=r"unknown reasoning parser 'o1' \(known: deepseek_r1, qwen3\)"):
+        GatewayConfig(("h:1",), Path("m"), reasoning_parser="o1")
