@@ -61,7 +61,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="start from this head (public format; its weights and draft vocabulary), e.g. to go on "
         "training a shipped head on new data; default: a fresh head",
     )
-    parser.add_argument("--steps", type=non_negative_int, default=600, help="optimizer steps")
+    parser.add_argument(
+        "--steps",
+        type=non_negative_int,
+        default=600,
+        help="optimizer steps (0: train nothing, measure the head, e.g. --init-head's, on all the data)",
+    )
     parser.add_argument("--batch-tokens", type=positive_int, default=4096, help="tokens per optimizer step")
     parser.add_argument("--lr", type=positive_float, default=5e-4)
     parser.add_argument(

@@ -66,6 +66,8 @@ def run(config: TrainEagleConfig) -> dict[str, object]:
     )
     data_seconds = time.monotonic() - started
     sequences, held_out = split_held_out(read_all(config.data_dir))
+    if config.train.steps == 0:  # nothing is trained: the head is measured on every sequence
+        held_out = sequences + held_out
     model = load_model(config.target, LoadOptions(pack_weights=False))
     w = model.weights
     embed = (w.embed if w.embed is not None else w.lm_head.t()).float()

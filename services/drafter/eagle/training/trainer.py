@@ -183,10 +183,13 @@ class Trainer:
 def split_held_out(
     sequences: list[Sequence], every: int = HELD_OUT_EVERY
 ) -> tuple[list[Sequence], list[Sequence]]:
-    """Every `every`-th sequence is held out of training, to measure how the head generalises."""
-    train = [s for i, s in enumerate(sequences) if i % every != every - 1]
-    held = [s for i, s in enumerate(sequences) if i % every == every - 1]
-    return train, held
+    """One sequence in `every` is held out of training, to measure how the head generalises: the last
+    ones made. Passage turns quote earlier answers, so an answer held out from the middle of the data
+    could be trained on as a later prompt's passage; the last answers are quoted, if at all, only by
+    the held-out turns after them."""
+    count = len(sequences) // every
+    cut = len(sequences) - count
+    return sequences[:cut], sequences[cut:]
 
 
 def _tally(correct: list[int], counted: list[int], hits: list[int], counts: list[int]) -> None:

@@ -23,6 +23,7 @@ from treespec.drafter.eagle.head import EagleHead, HeadOutput
 from treespec.drafter.eagle.head_config import EagleFormat
 from treespec.drafter.eagle.training.dataset import Manifest, Sequence, read_all
 from treespec.drafter.eagle.training.draft_vocab import DraftVocab, choose_draft_vocab
+from treespec.drafter.eagle.training.trainer import split_held_out
 from treespec.drafter.eagle.training.unrolled import TrainingTargets, unrolled_loss
 from treespec.shared.cli.main import main
 from treespec.shared.drafting.drafter import DrafterContext, DraftQuery
@@ -366,6 +367,8 @@ def test_train_eagle_cli_end_to_end(smol_tiny: Path, tmp_path: Path) -> None:
     warm_stage = ["--data-tokens", "150", "--data-batch", "4", "--draft-vocab", "128"]
     warm = _train(smol_tiny, warm_out, data, *warm_stage, "--steps", "0", "--init-head", str(out))
     assert warm["init_head"] == str(out) and warm["draft_vocab"] == 256 and warm["steps"] == 0
+    assert warm["held_out_sequences"] == warm["data"]["sequences"]  # no training: measured on all of it
+    assert first["held_out_sequences"] == first["data"]["sequences"] // 25
     start, kept = load_head(out, shape).state_dict(), load_head(warm_out, shape).state_dict()
     assert start.keys() == kept.keys() and all(torch.equal(start[k], kept[k]) for k in start)
     trained = _train(
@@ -423,3 +426,12 @@ def test_train_eagle_refuses_bad_numbers_at_the_flag(
     assert info.value.code == 2
     assert flag in capsys.readouterr().err
     assert not output.exists() and not data.exists()
+
+
+def test_the_held_out_sequences_are_the_last_ones_made() -> None:
+    """Passage turns quote earlier answers: only the last answers are quoted by no training turn."""
+    made = [Sequence(torch.tensor([i]), torch.zeros(1, 4), torch.tensor([i]), 0) for i in range(53)]
+    train, held = split_held_out(made, every=25)
+    assert [int(s.input_ids[0]) for s in held] == [51, 52]
+    assert [int(s.input_ids[0]) for s in train] == list(range(51))
+    assert split_held_out(made[:10], every=25) == (made[:10], [])
