@@ -60,7 +60,8 @@ def run(config: TrainEagleConfig) -> dict[str, object]:
             batch_size=config.data_batch,
             top_k=config.top_k,
             dtype=config.data_dtype,
-            conversations=ConversationSettings(answer_tokens=config.answer_tokens),
+            # --seed makes other conversations (each resumed part adds its own offset to it).
+            conversations=ConversationSettings(answer_tokens=config.answer_tokens, seed=config.train.seed),
             progress=config.train.progress,
         )
     )

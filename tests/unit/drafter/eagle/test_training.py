@@ -435,3 +435,16 @@ def test_the_held_out_sequences_are_the_last_ones_made() -> None:
     assert [int(s.input_ids[0]) for s in held] == [51, 52]
     assert [int(s.input_ids[0]) for s in train] == list(range(51))
     assert split_held_out(made[:10], every=25) == (made[:10], [])
+
+
+def test_the_seed_makes_other_conversations(smol_tiny: Path, tmp_path: Path) -> None:
+    def conversations(name: str, seed: str) -> list[list[int]]:
+        data = tmp_path / name / "data"
+        stage = ["--data-tokens", "40", "--data-batch", "4", "--draft-vocab", "64", "--steps", "0"]
+        _train(smol_tiny, tmp_path / name / "head", data, *stage, "--seed", seed)
+        return [s.input_ids.tolist() for s in read_all(data)]
+
+    first = conversations("a", "0")
+    assert conversations("b", "0") == first  # the same seed: the same data
+    other = conversations("c", "5")
+    assert not set(map(tuple, other)) & set(map(tuple, first))
