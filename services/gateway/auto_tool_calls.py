@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from treespec.gateway.tool_calls import ToolCall, ToolReply, new_call_id
+from treespec.gateway.tool_calls import ToolCall, ToolReply, calls_finish_reason, new_call_id
 from treespec.gateway.tool_parsers.base import ParsedCall, Piece, ToolCallParser, ToolCallReader
 
 
@@ -22,13 +22,10 @@ class AutoToolCalls:
 
     def reply(self, text: str, finish_reason: str) -> ToolReply:
         choice = _ChoiceCalls(self.parser.reader())
-        content, calls = choice.take(choice.reader.feed(text))
-        tail, more = choice.take(choice.reader.finish(), final=True)
-        content += tail
-        calls += more
+        content, calls = choice.take(choice.reader.feed(text) + choice.reader.finish(), final=True)
         if not calls:
             return ToolReply(content, [], finish_reason)
-        return ToolReply(content or None, calls, _finish_reason(finish_reason, calls))
+        return ToolReply(content or None, calls, calls_finish_reason(finish_reason, made_calls=True))
 
     def stream(self) -> AutoToolCallStream:
         return AutoToolCallStream(self.parser)
@@ -48,7 +45,7 @@ class AutoToolCallStream:
         """The delta that closes a choice (what its parser held back) and its finish reason."""
         choice = self._choices.pop(index, None) or _ChoiceCalls(self.parser.reader())
         delta = choice.delta(*choice.take(choice.reader.finish(), final=True))
-        return delta, _finish_reason(finish_reason, choice.calls) if choice.calls else finish_reason
+        return delta, calls_finish_reason(finish_reason, made_calls=choice.calls > 0)
 
 
 class _ChoiceCalls:
@@ -90,7 +87,3 @@ class _ChoiceCalls:
             first = self.calls - len(calls)
             delta["tool_calls"] = [{"index": first + i, **c.as_message_part()} for i, c in enumerate(calls)]
         return delta
-
-
-def _finish_reason(generation_reason: str, calls: list[ToolCall] | int) -> str:
-    return "tool_calls" if calls and generation_reason == "stop" else generation_reason

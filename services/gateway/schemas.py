@@ -28,7 +28,7 @@ from pydantic_core import PydanticCustomError
 from treespec.gateway.errors import quotable
 from treespec.gateway.schema_types import STRICT, TokenId, UnicodeText
 from treespec.gateway.tool_calls import ANY_OBJECT, ToolCallMode
-from treespec.gateway.tool_schemas import MAX_TOOLS, MessageToolCall, NamedToolChoice, ToolDef
+from treespec.gateway.tool_schemas import MAX_TOOLS, MessageToolCall, NamedToolChoice, ToolDef, template_tools
 from treespec.shared.rpc.limits import MAX_TOP_LOGPROBS
 
 MAX_N = 8
@@ -380,9 +380,7 @@ class ChatCompletionRequest(SamplingFields):
     @property
     def template_tools(self) -> list[dict[str, Any]] | None:
         """The tools for the chat template (none when tool_choice is "none", as vLLM by default)."""
-        if not self.tools or self.tool_choice == "none":
-            return None
-        return [t.model_dump(exclude_none=True) for t in self.tools]
+        return None if self.tool_choice == "none" else template_tools(self.tools)
 
     @property
     def constraint(self) -> Constraint | None:

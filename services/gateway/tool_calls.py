@@ -111,9 +111,12 @@ class ToolCallMode:
 
     def finish_reason(self, generation_reason: str, calls: list[ToolCall] | None) -> str:
         """vLLM's: "tool_calls" when "required" made calls, else the generation's own."""
-        if self.named is None and calls and generation_reason == "stop":
-            return "tool_calls"
-        return generation_reason
+        return calls_finish_reason(generation_reason, made_calls=self.named is None and bool(calls))
+
+
+def calls_finish_reason(generation_reason: str, made_calls: bool) -> str:
+    """ "tool_calls" when a reply that stopped by itself made calls; else the generation's reason."""
+    return "tool_calls" if made_calls and generation_reason == "stop" else generation_reason
 
 
 def new_call_id() -> str:

@@ -64,3 +64,8 @@ class NamedToolChoice(BaseModel):
     model_config = STRICT
     type: Literal["function"]
     function: ChosenFunction
+
+
+def template_tools(tools: list[ToolDef] | None) -> list[dict[str, Any]] | None:
+    """The tools as chat templates take them (None: no tools)."""
+    return [t.model_dump(exclude_none=True) for t in tools] if tools else None

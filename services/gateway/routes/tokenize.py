@@ -4,7 +4,7 @@ as generation applies them, for clients that count or build prompts in tokens.""
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
@@ -14,7 +14,7 @@ from treespec.gateway.sampling import check_token_ids
 from treespec.gateway.schema_types import STRICT, TokenId, UnicodeText
 from treespec.gateway.schemas import ChatMessage
 from treespec.gateway.state import GatewayState, gateway_state
-from treespec.gateway.tool_schemas import MAX_TOOLS, ToolDef
+from treespec.gateway.tool_schemas import MAX_TOOLS, ToolDef, template_tools
 
 router = APIRouter()
 
@@ -59,9 +59,7 @@ async def tokenize(
     tokenizer = state.tokenizer
     if body.messages is not None:
         messages = [m.template_message() for m in body.messages]
-        tools: list[dict[str, Any]] | None = (
-            [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None
-        )
+        tools = template_tools(body.tools)
         ids = await asyncio.to_thread(tokenizer.chat_prompt, messages, tools, body.add_generation_prompt)
     else:
         assert body.prompt is not None
