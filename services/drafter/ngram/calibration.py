@@ -14,17 +14,20 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-NodeKind = tuple[int, int, int]  # (match bucket, depth, sibling rank), each capped
+NodeKind = tuple[int, int, int, int]  # (match bucket, depth, sibling rank, agreement), each capped
 
 MAX_DEPTH_BUCKET = 8
 MAX_RANK_BUCKET = 2
+AGREEMENT_BUCKETS = 3  # the share of the parent's candidate weight through the node, in thirds
 PRIOR_MEAN = 0.4  # before any outcome: worth trying, not trusted
 PRIOR_STRENGTH = 2.0  # pseudo-outcomes behind the drafter-wide prior
 REQUEST_PRIOR_STRENGTH = 6.0  # pseudo-outcomes of the drafter-wide mean behind a request's estimate
 
 
-def node_kind(bucket: int, depth: int, rank: int) -> NodeKind:
-    return (bucket, min(depth, MAX_DEPTH_BUCKET), min(rank, MAX_RANK_BUCKET))
+def node_kind(bucket: int, depth: int, rank: int, share: float = 1.0) -> NodeKind:
+    """`share`: the node's part of its parent's candidate weight (1: every candidate goes on this way)."""
+    agreement = min(AGREEMENT_BUCKETS - 1, int(share * AGREEMENT_BUCKETS))
+    return (bucket, min(depth, MAX_DEPTH_BUCKET), min(rank, MAX_RANK_BUCKET), agreement)
 
 
 @dataclass

@@ -43,6 +43,11 @@ class _TrieNode:
     def ranked_children(self) -> list[_TrieNode]:
         return sorted(self.children.values(), key=lambda c: -c.weight)
 
+    def share(self, child: _TrieNode) -> float:
+        """The child's part of the candidate weight through this node."""
+        total = sum(c.weight for c in self.children.values())
+        return child.weight / total if total > 0 else 1.0
+
 
 @dataclass
 class DraftedTree:
@@ -133,7 +138,7 @@ def _select_bfs(trie: _TrieNode, budget: TreeBudget, shape: TreeShape, estimate:
         next_level: list[tuple[_TrieNode, int, float]] = []
         for node, index, path_prob in level:
             for rank, child in enumerate(node.ranked_children()[:breadth]):
-                kind = node_kind(child.bucket, depth, rank)
+                kind = node_kind(child.bucket, depth, rank, node.share(child))
                 prob = path_prob * estimate(kind)
                 if prob < shape.min_path_prob or len(tokens) >= budget.num_draft_tokens:
                     break
@@ -161,7 +166,7 @@ def _select_prob(trie: _TrieNode, budget: TreeBudget, shape: TreeShape, estimate
         if depth > budget.num_steps:
             return
         for rank, child in enumerate(node.ranked_children()[: budget.topk]):
-            kind = node_kind(child.bucket, depth, rank)
+            kind = node_kind(child.bucket, depth, rank, node.share(child))
             heapq.heappush(heap, (-path_prob * estimate(kind), counter, index, depth, kind, child))
             counter += 1
 

@@ -127,7 +127,21 @@ def test_outcomes_follow_the_committed_path() -> None:
     # accepted 1 then 2, bonus 7: outcomes for 1 (yes), 4 (no), 2 (yes), 3 (no)
     outcomes = tree_outcomes(drafted, [1, 2, 7])
     assert [(kind[1], ok) for kind, ok in outcomes] == [(1, True), (1, False), (2, True), (3, False)]
-    assert tree_outcomes(drafted, [5]) == [(node_kind(2, 1, 0), False), (node_kind(1, 1, 1), False)]
+    assert tree_outcomes(drafted, [5]) == [
+        (node_kind(2, 1, 0, 2 / 3), False),
+        (node_kind(1, 1, 1, 1 / 3), False),
+    ]
+
+
+def test_a_node_kind_tells_how_far_the_candidates_agree_on_it() -> None:
+    # after the root, four candidates of five go on with 1, three of those four then with 2
+    candidates = [Candidate((1, 2), 1.0, 1)] * 3 + [Candidate((1, 3), 1.0, 1), Candidate((4,), 1.0, 1)]
+    drafted = build_tree(0, candidates, TreeBudget(8, 3, 4), shape(), always(0.9))
+    assert edges(drafted) == [(-1, 0), (0, 1), (0, 4), (1, 2), (1, 3)]
+    assert drafted is not None
+    agreement = [kind[3] for kind in drafted.kinds[1:] if kind is not None]
+    assert agreement == [2, 0, 2, 0]  # shares .8, .2, .75, .25
+    assert node_kind(1, 1, 0, 0.5) != node_kind(1, 1, 0, 1.0)  # told apart, so calibrated apart
 
 
 def test_acceptance_model_learns_per_request_from_a_shared_prior() -> None:
