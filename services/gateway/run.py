@@ -37,14 +37,16 @@ class GenerationRun:
         operation: str,
         id_prefix: str,
         echoes: Sequence[str] | None = None,
+        grammar_after: str = "",
     ) -> GenerationRun:
         """Check the prompts against the model (context length, vocabulary), plan the choices.
-        Nothing is sent to the verifier until `events` is iterated."""
+        Nothing is sent to the verifier until `events` is iterated. `grammar_after`: a thinking
+        model's end of reasoning, after which the request's constraint holds ("": from the start)."""
         info = await state.verifier.model_info()
         for prompt_ids in prompts:
             check_prompt(prompt_ids, info, "messages" if operation == "chat" else "prompt")
         response_id = f"{id_prefix}-{uuid.uuid4().hex}"
-        jobs = choice_jobs(body, prompts, token_limit, info, response_id, echoes)
+        jobs = choice_jobs(body, prompts, token_limit, info, response_id, echoes, grammar_after)
         outcome = Outcome(len(jobs), sum(len(p) for p in prompts), body.n)
         observation = Observation(state.metrics, state.tracer, operation, body, token_limit, response_id)
         return cls(response_id, int(time.time()), body.model, jobs, outcome, observation, state)

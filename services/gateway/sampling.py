@@ -48,9 +48,11 @@ def choice_jobs(
     info: ModelInfo,
     request_id: str,
     echoes: Sequence[str] | None = None,
+    grammar_after: str = "",
 ) -> list[ChoiceJob]:
     """`n` jobs per prompt, indexed prompt by prompt (OpenAI's order for batched prompts); `echoes`:
-    each prompt's text, to send before its completions (completions' `echo`)."""
+    each prompt's text, to send before its completions (completions' `echo`); `grammar_after`: see
+    `sampling_params`."""
     end_ids = frozenset(body.stop_token_ids or ()) | (
         frozenset() if body.ignore_eos else frozenset(info.eos_token_ids)
     )
@@ -62,7 +64,7 @@ def choice_jobs(
             request = verifier_pb2.GenerateRequest(
                 request_id=f"{request_id}-{index}",
                 prompt_token_ids=prompt_ids,
-                sampling=sampling_params(body, max_new, index),
+                sampling=sampling_params(body, max_new, index, grammar_after),
                 speculation=speculation_params(body),
             )
             echo = None if echoes is None else echoes[p]
@@ -80,7 +82,10 @@ def choice_jobs(
     return jobs
 
 
-def sampling_params(body: SamplingFields, max_new_tokens: int, index: int) -> verifier_pb2.SamplingParams:
+def sampling_params(
+    body: SamplingFields, max_new_tokens: int, index: int, grammar_after: str = ""
+) -> verifier_pb2.SamplingParams:
+    """`grammar_after`: a thinking model's end of reasoning, after which a constraint holds."""
     params = verifier_pb2.SamplingParams(
         max_new_tokens=max_new_tokens, stop_token_ids=body.stop_token_ids or (), ignore_eos=body.ignore_eos
     )
@@ -104,6 +109,7 @@ def sampling_params(body: SamplingFields, max_new_tokens: int, index: int) -> ve
         params.logit_bias[int(token)] = amount
     if body.constraint is not None:
         params.constraint.CopyFrom(output_constraint(*body.constraint))
+        params.constraint.starts_after = grammar_after
     return params
 
 

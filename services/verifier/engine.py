@@ -30,6 +30,7 @@ from treespec.verifier.forward_stage import ForwardStage
 from treespec.verifier.grammar.compiler import GrammarCompiler
 from treespec.verifier.grammar.constraint import OutputConstraint
 from treespec.verifier.grammar.matcher import GrammarState
+from treespec.verifier.grammar.reasoning_gate import ReasoningGate
 from treespec.verifier.prefix_cache import PrefixCache
 from treespec.verifier.request import (
     FinishReason,
@@ -261,7 +262,10 @@ class Engine:
     def _grammar(self, constraint: OutputConstraint | None) -> GrammarState | None:
         if constraint is None:
             return None
-        return GrammarState(self.grammars.compile(constraint), self.model.config.vocab_size)
+        gate = None
+        if constraint.starts_after:
+            gate = ReasoningGate(constraint.starts_after.encode(), self.grammars.token_bytes())
+        return GrammarState(self.grammars.compile(constraint), self.model.config.vocab_size, gate)
 
     def _drain_inbox(self) -> list[RequestOutput]:
         outputs: list[RequestOutput] = []

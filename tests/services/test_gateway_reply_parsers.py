@@ -4,7 +4,7 @@ SmolLM2 was trained neither for function calling nor for thinking, and its templ
 tools, so earlier turns show it the formats, which it then follows. With tool_choice "auto" its calls
 come back as tool_calls and the text around them as content; its `<think>` text comes back as
 reasoning_content; whole and streamed alike. A reply without either is plain text, and structured
-output is never read as reasoning."""
+output holds on the answer after the thinking."""
 
 from __future__ import annotations
 
@@ -138,14 +138,43 @@ def test_the_thinking_comes_back_as_reasoning_content(auto_client: openai.OpenAI
     assert follow_up.choices[0].finish_reason in ("stop", "length")
 
 
-def test_structured_output_is_never_read_as_reasoning(auto_client: openai.OpenAI) -> None:
-    reply = auto_client.chat.completions.create(
-        model=MODEL,
-        messages=THINKING,
-        max_tokens=24,
-        temperature=0,
-        response_format={"type": "json_object"},
-    )
-    message = reply.choices[0].message
-    assert (message.model_extra or {}).get("reasoning_content") is None
-    assert message.content is not None and message.content.startswith("{")
+THINKING_JSON: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "What is the capital of France? Answer in JSON."},
+    {
+        "role": "assistant",
+        "content": '<think>\nFrance\'s capital is Paris.\n</think>\n\n{"capital": "Paris"}',
+    },
+    {"role": "user", "content": "What is the capital of Italy? Answer in JSON."},
+]
+
+
+PLACE = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
+    "required": ["city", "country"],
+    "additionalProperties": False,
+}
+
+
+def test_structured_output_holds_on_the_answer_after_the_thinking(auto_client: openai.OpenAI) -> None:
+    """As in vLLM and SGLang: the thinking is free text, the grammar holds from `</think>` on (the
+    schema's keys, not the "capital" the conversation showed)."""
+    schema = {"type": "json_schema", "json_schema": {"name": "place", "schema": PLACE, "strict": True}}
+    kwargs: dict[str, Any] = {
+        "model": MODEL,
+        "messages": THINKING_JSON,
+        "max_tokens": 60,
+        "temperature": 0,
+        "response_format": schema,
+    }
+    whole = auto_client.chat.completions.create(**kwargs).choices[0]
+    reasoning = (whole.message.model_extra or {}).get("reasoning_content")
+    assert isinstance(reasoning, str) and "Italy" in reasoning and "{" not in reasoning
+    assert whole.finish_reason == "stop" and whole.message.content is not None
+    assert set(json.loads(whole.message.content)) == {"city", "country"}
+    streamed_reasoning, streamed_content = [], []
+    for chunk in auto_client.chat.completions.create(stream=True, **kwargs):
+        for choice in chunk.choices:
+            streamed_reasoning.append((choice.delta.model_extra or {}).get("reasoning_content") or "")
+            streamed_content.append(choice.delta.content or "")
+    assert ("".join(streamed_reasoning), "".join(streamed_content)) == (reasoning, whole.message.content)

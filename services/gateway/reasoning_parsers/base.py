@@ -34,6 +34,13 @@ class ReasoningReader(ABC):
 
 class ReasoningParser(ABC):
     name: ClassVar[str]
+    end_marker: ClassVar[str]  # where the reasoning ends and the answer starts
+
+    def grammar_starts_after(self, prompt_tail: str) -> str | None:
+        """Structured output holds on the answer alone: the grammar starts after `end_marker` in the
+        output, or at once (None) when the prompt has closed the reasoning already (a chat template
+        with thinking turned off, as Qwen3's with enable_thinking false)."""
+        return None if prompt_tail.rstrip().endswith(self.end_marker) else self.end_marker
 
     @abstractmethod
     def reader(self) -> ReasoningReader:

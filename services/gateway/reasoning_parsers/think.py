@@ -20,6 +20,7 @@ END = "</think>"
 
 class DeepSeekR1Parser(ReasoningParser):
     name = "deepseek_r1"
+    end_marker = END
 
     def reader(self) -> ReasoningReader:
         return ThinkReader(reasons_without_start=True)
@@ -27,6 +28,7 @@ class DeepSeekR1Parser(ReasoningParser):
 
 class Qwen3Parser(ReasoningParser):
     name = "qwen3"
+    end_marker = END
 
     def reader(self) -> ReasoningReader:
         return ThinkReader(reasons_without_start=False)

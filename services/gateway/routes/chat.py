@@ -15,6 +15,7 @@ from treespec.gateway.errors import APIError
 from treespec.gateway.generation import Event, TextDelta
 from treespec.gateway.logprob_format import chat_logprobs
 from treespec.gateway.outcome import meta_info
+from treespec.gateway.reasoning_parsers.base import ReasoningParser
 from treespec.gateway.responses import (
     ChatChoice,
     ChatChunkChoice,
@@ -31,21 +32,22 @@ from treespec.gateway.state import GatewayState, gateway_state
 
 router = APIRouter()
 
+PROMPT_TAIL_TOKENS = 16  # the prompt's last tokens, read for a reasoning end the template wrote
+
 
 @router.post("/v1/chat/completions", response_model=None)
 async def chat_completions(
     body: ChatCompletionRequest, request: Request, state: Annotated[GatewayState, Depends(gateway_state)]
 ) -> Response:
     state.check_model(body.model)
-    # A grammar (structured output, a named or required tool call) holds from the first token: no
-    # reasoning comes before it.
-    reasoning = state.reasoning_parser() if body.constraint is None else None
-    replies = ChatReplies(
-        reasoning, state.auto_tool_calls() if body.auto_tool_choice else body.tool_call_mode
-    )
+    tools = state.auto_tool_calls() if body.auto_tool_choice else body.tool_call_mode
     messages = [message.template_message() for message in body.messages]
     prompt = await asyncio.to_thread(state.tokenizer.chat_prompt, messages, body.template_tools)
-    run = await GenerationRun.start(state, body, [prompt], body.token_limit, "chat", "chatcmpl")
+    reasoning, grammar_after = _reasoning(state, body, prompt)
+    replies = ChatReplies(reasoning, tools)
+    run = await GenerationRun.start(
+        state, body, [prompt], body.token_limit, "chat", "chatcmpl", grammar_after=grammar_after
+    )
     if body.stream:
         events = await cancel_on_disconnect(request, primed(run.events()))
         return event_stream(_stream(run, events, body.include_usage, body.logprobs is True, replies))
@@ -69,6 +71,22 @@ async def chat_completions(
         meta_info=outcome.meta_info,
     )
     return JSONResponse(response.model_dump(mode="json"))
+
+
+def _reasoning(
+    state: GatewayState, body: ChatCompletionRequest, prompt: list[int]
+) -> tuple[ReasoningParser | None, str]:
+    """The reasoning parser for this request, and where its grammar starts. A constrained request
+    (structured output, a named or required tool call) of a thinking model is constrained on its
+    answer alone, as in vLLM and SGLang: the grammar starts after the reasoning's end. Where the
+    template has closed the reasoning in the prompt (thinking turned off) the grammar holds from the
+    first token and there is no reasoning to split off."""
+    reasoning = state.reasoning_parser()
+    if reasoning is None or body.constraint is None:
+        return reasoning, ""
+    tail = state.tokenizer.decode(prompt[-PROMPT_TAIL_TOKENS:], skip_special_tokens=False)
+    marker = reasoning.grammar_starts_after(tail)
+    return (reasoning, marker) if marker is not None else (None, "")
 
 
 def _choice(

@@ -21,6 +21,7 @@ class GrammarCompiler:
         self.vocab_size = vocab_size
         self.stop_token_ids = sorted(stop_token_ids)
         self._compiler: Any = None  # xgrammar.GrammarCompiler, made on first use
+        self._token_bytes: list[bytes] | None = None  # read with it
         self._lock = threading.Lock()
 
     def compile(self, constraint: OutputConstraint) -> Any:
@@ -30,6 +31,12 @@ class GrammarCompiler:
             return _compile(compiler, constraint)
         except (RuntimeError, ValueError, TypeError) as exc:
             raise InvalidRequestError(f"invalid {constraint.kind.value}: {_first_line(exc)}") from None
+
+    def token_bytes(self) -> list[bytes]:
+        """Each token id's bytes, as the grammars read them (for reasoning_gate.py)."""
+        self._xgrammar_compiler()
+        assert self._token_bytes is not None
+        return self._token_bytes
 
     def _xgrammar_compiler(self) -> Any:
         with self._lock:
@@ -56,6 +63,7 @@ class GrammarCompiler:
         info = xgrammar.TokenizerInfo.from_huggingface(
             tokenizer, vocab_size=self.vocab_size, stop_token_ids=self.stop_token_ids
         )
+        self._token_bytes = list(info.decoded_vocab)
         return xgrammar.GrammarCompiler(info)
 
 

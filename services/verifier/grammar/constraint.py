@@ -20,3 +20,6 @@ class OutputConstraint:
     kind: ConstraintKind
     spec: str = ""
     choices: tuple[str, ...] = ()
+    # A thinking model's end of reasoning (`</think>`): the grammar holds from the end of its first
+    # occurrence in the output, any text before it. Empty: from the first token.
+    starts_after: str = ""

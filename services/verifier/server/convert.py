@@ -78,11 +78,12 @@ def output_constraint(msg: pb.OutputConstraint) -> OutputConstraint | None:
     kind = msg.WhichOneof("kind")
     if kind is None or (kind == "json_object" and not msg.json_object):
         return None
+    after = msg.starts_after
     if kind == "choice":
-        return OutputConstraint(ConstraintKind.CHOICE, choices=tuple(msg.choice.choices))
+        return OutputConstraint(ConstraintKind.CHOICE, choices=tuple(msg.choice.choices), starts_after=after)
     if kind == "json_object":
-        return OutputConstraint(ConstraintKind.JSON_OBJECT)
-    return OutputConstraint(ConstraintKind(kind), spec=getattr(msg, kind))
+        return OutputConstraint(ConstraintKind.JSON_OBJECT, starts_after=after)
+    return OutputConstraint(ConstraintKind(kind), spec=getattr(msg, kind), starts_after=after)
 
 
 def speculation_params(msg: pb.SpeculationParams, defaults: SpeculationParams) -> SpeculationParams:

@@ -76,3 +76,14 @@ def test_the_registry_and_the_config_name_each_parser() -> None:
     assert GatewayConfig(("h:1",), Path("m"), reasoning_parser="qwen3").reasoning_parser == "qwen3"
     with pytest.raises(ValueError, match=r"unknown reasoning parser 'o1' \(known: deepseek_r1, qwen3\)"):
         GatewayConfig(("h:1",), Path("m"), reasoning_parser="o1")
+
+
+@pytest.mark.parametrize("parser", [DeepSeekR1Parser(), Qwen3Parser()])
+def test_a_constrained_answer_starts_after_the_reasoning_unless_the_prompt_closed_it(
+    parser: ReasoningParser,
+) -> None:
+    # DeepSeek-R1's template opens the thinking in the prompt; Qwen3's leaves it to the model.
+    for thinking_prompt in ("<|Assistant|><think>\n", "<|im_start|>assistant\n"):
+        assert parser.grammar_starts_after(thinking_prompt) == "</think>"
+    # Qwen3 with enable_thinking false writes an empty thinking block into the prompt.
+    assert parser.grammar_starts_after("<|im_start|>assistant\n<think>\n\n</think>\n\n") is None

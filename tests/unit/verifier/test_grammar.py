@@ -18,6 +18,7 @@ from treespec.v1 import verifier_pb2 as pb
 from treespec.verifier.grammar.compiler import GrammarCompiler
 from treespec.verifier.grammar.constraint import ConstraintKind, OutputConstraint
 from treespec.verifier.grammar.matcher import GrammarState
+from treespec.verifier.grammar.reasoning_gate import ReasoningGate
 from treespec.verifier.request import InvalidRequestError
 from treespec.verifier.server.convert import sampling_params
 
@@ -46,7 +47,10 @@ def compiler(path: Path) -> GrammarCompiler:
 
 
 def _state(compiler: GrammarCompiler, constraint: OutputConstraint) -> GrammarState:
-    return GrammarState(compiler.compile(constraint), VOCAB)
+    gate = None
+    if constraint.starts_after:
+        gate = ReasoningGate(constraint.starts_after.encode(), compiler.token_bytes())
+    return GrammarState(compiler.compile(constraint), VOCAB, gate)
 
 
 def _sequential_row(
@@ -66,8 +70,46 @@ def test_tree_rows_get_the_mask_after_their_path(
     constraint = OutputConstraint(ConstraintKind.JSON_SCHEMA, json.dumps(SCHEMA))
     committed = tokenizer.encode('{"name": "Al')
     valid = [*tokenizer.encode('ice", "age": 41}'), EOS]
-    pool = sorted(set(valid + tokenizer.encode('ice" , "x": [1]} hello')))
+    others = tokenizer.encode('ice" , "x": [1]} hello')
+    _check_tree_rows(compiler, constraint, committed, valid, others)
+
+
+def test_a_thinking_model_s_grammar_starts_after_its_reasoning(
+    compiler: GrammarCompiler, tokenizer: transformers.PreTrainedTokenizerBase
+) -> None:
+    """With `starts_after`, rows on a path still reasoning allow everything and the grammar's rows
+    start after the end marker, however the marker's bytes fall into tokens; per tree path too."""
+    constraint = OutputConstraint(ConstraintKind.JSON_SCHEMA, json.dumps(SCHEMA), starts_after="</think>")
+    state = _state(compiler, constraint)
+    reasoning = tokenizer.encode("<think>\nThe name is Alice, the age 41.\n")
+    assert state.advance(reasoning) is None and not state.terminated
+    assert bool(state.allowed([reasoning[-1]], [-1]).all())  # still reasoning: any token
+    end = tokenizer.encode("</think>")
+    assert len(end) > 1  # SmolLM2 writes the marker in several tokens
+    assert state.advance(end) is None
+    row = state.allowed([end[-1]], [-1])[0]
+    fresh = _state(compiler, OutputConstraint(ConstraintKind.JSON_SCHEMA, json.dumps(SCHEMA)))
+    assert torch.equal(row, fresh.allowed([0], [-1])[0])  # the answer starts the grammar afresh
+    answer = [*tokenizer.encode('{"name": "Alice", "age": 41}'), EOS]
+    assert state.advance(answer) == len(answer) - 1 and state.terminated
+    # Trees whose paths cross the marker, from a committed output that has begun it.
+    valid = [*end[1:], *answer]
+    others = tokenizer.encode("</thought> {} think > hello")
+    assert _check_tree_rows(compiler, constraint, reasoning + end[:1], valid, others) > 6
+
+
+def _check_tree_rows(
+    compiler: GrammarCompiler,
+    constraint: OutputConstraint,
+    committed: list[int],
+    valid: list[int],
+    others: list[int],
+) -> int:
+    """Random trees after `committed`, mostly along `valid`: each reachable row gets what a sequential
+    matcher allows after the row's path. -> how many rows the grammar constrained."""
+    pool = sorted(set(valid + others))
     rng = random.Random(0)
+    constrained = 0
     for _ in range(6):
         tokens, parents = [committed[-1]], [-1]
         for j in range(1, 14):
@@ -87,9 +129,11 @@ def test_tree_rows_get_the_mask_after_their_path(
             else:
                 assert torch.equal(rows[j], want)
                 reached += 1
+                constrained += int(not bool(want.all()))
         assert reached > 1
         # The walk left the matcher where the committed tokens put it.
         assert torch.equal(state.allowed([committed[-1]], [-1])[0], rows[0])
+    return constrained
 
 
 def _depth(parents: list[int], node: int) -> int:
@@ -192,6 +236,10 @@ def test_masking_keeps_allowed_logits_and_lets_the_grammar_win() -> None:
         (
             pb.OutputConstraint(grammar='root ::= "a"'),
             OutputConstraint(ConstraintKind.GRAMMAR, 'root ::= "a"'),
+        ),
+        (
+            pb.OutputConstraint(json_object=True, starts_after="</think>"),
+            OutputConstraint(ConstraintKind.JSON_OBJECT, starts_after="</think>"),
         ),
     ],
 )
