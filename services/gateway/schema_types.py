@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, ConfigDict, Field
 from pydantic_core import PydanticCustomError
@@ -29,3 +29,41 @@ def _valid_unicode(value: str) -> str:
 # Text that reaches the model or is matched against its output (prompts, messages, stop strings).
 UnicodeText = Annotated[str, AfterValidator(_valid_unicode)]
 TokenId = Annotated[int, Field(ge=0, le=TOKEN_ID_MAX)]
+
+
+# The chat template's own arguments, which `chat_template_kwargs` may not set: the gateway sets them.
+TEMPLATE_ARGUMENTS = frozenset(
+    {
+        "conversation",
+        "messages",
+        "tools",
+        "documents",
+        "chat_template",
+        "add_generation_prompt",
+        "continue_final_message",
+        "tokenize",
+        "padding",
+        "truncation",
+        "max_length",
+        "return_tensors",
+        "return_dict",
+        "return_assistant_tokens_mask",
+        "tokenizer_kwargs",
+    }
+)
+
+
+def _free_template_kwargs(value: dict[str, Any]) -> dict[str, Any]:
+    taken = sorted(TEMPLATE_ARGUMENTS & value.keys())
+    if taken:
+        raise PydanticCustomError(
+            "reserved_template_kwargs",
+            "{names}: set by the server, not by chat_template_kwargs",
+            {"names": ", ".join(taken)},
+        )
+    return value
+
+
+# vLLM's and SGLang's `chat_template_kwargs`: more variables for the chat template (Qwen3's
+# `enable_thinking`, ...); a template ignores those it does not read.
+TemplateKwargs = Annotated[dict[str, Any], AfterValidator(_free_template_kwargs)]

@@ -26,7 +26,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from treespec.gateway.errors import quotable
-from treespec.gateway.schema_types import STRICT, TokenId, UnicodeText
+from treespec.gateway.schema_types import STRICT, TemplateKwargs, TokenId, UnicodeText
 from treespec.gateway.tool_calls import ANY_OBJECT, ToolCallMode
 from treespec.gateway.tool_schemas import MAX_TOOLS, MessageToolCall, NamedToolChoice, ToolDef, template_tools
 from treespec.shared.rpc.limits import MAX_TOP_LOGPROBS
@@ -321,6 +321,7 @@ class ChatCompletionRequest(SamplingFields):
     # Function calling: a named function or "required" (structured output, tool_calls.py).
     tools: list[ToolDef] | None = Field(default=None, max_length=MAX_TOOLS)
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    chat_template_kwargs: TemplateKwargs | None = None  # vLLM's and SGLang's
     # Not implemented: of OpenAI's types, and accepted at their neutral value only.
     functions: list[Any] | None = None
     function_call: str | dict[str, Any] | None = None

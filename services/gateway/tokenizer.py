@@ -29,13 +29,19 @@ class PromptTokenizer:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
         add_generation_prompt: bool = True,
+        template_kwargs: dict[str, Any] | None = None,
     ) -> list[int]:
         """The chat template applied to `messages` (and `tools`, for a template that renders them),
-        ending with the assistant's turn opened (unless not `add_generation_prompt`)."""
+        ending with the assistant's turn opened (unless not `add_generation_prompt`);
+        `template_kwargs`: more variables for the template (`chat_template_kwargs`)."""
         template_tools: list[Any] | None = tools
         try:
             text = self._hf.apply_chat_template(
-                messages, tools=template_tools, add_generation_prompt=add_generation_prompt, tokenize=False
+                messages,
+                tools=template_tools,
+                add_generation_prompt=add_generation_prompt,
+                tokenize=False,
+                **(template_kwargs or {}),
             )
         except (jinja2.TemplateError, ValueError) as exc:
             raise APIError(400, f"The chat template refused the messages: {exc}", param="messages") from exc

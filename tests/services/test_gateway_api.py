@@ -386,6 +386,9 @@ def test_tokenize_and_detokenize(http: httpx.Client, tokenizer: PromptTokenizer)
     assert chat["tokens"] == tokenizer.chat_prompt(messages)  # what /v1/chat/completions generates from
     open_turn = http.post("/tokenize", json={"messages": messages, "add_generation_prompt": False}).json()
     assert open_turn["count"] < chat["count"]
+    # SmolLM2's template reads no `enable_thinking`: accepted, and the same prompt.
+    kwargs = {"messages": messages, "chat_template_kwargs": {"enable_thinking": False}}
+    assert http.post("/tokenize", json=kwargs).json()["tokens"] == chat["tokens"]
     back = http.post("/detokenize", json={"tokens": chat["tokens"]}).json()
     assert back["prompt"].startswith("<|im_start|>") and "Hi!" in back["prompt"]
     for path, body in [
@@ -394,6 +397,7 @@ def test_tokenize_and_detokenize(http: httpx.Client, tokenizer: PromptTokenizer)
         ("/detokenize", {"tokens": [10**7]}),
         ("/detokenize", {"tokens": ["a"]}),
         ("/tokenize", {"model": "gpt-5", "prompt": "x"}),
+        ("/tokenize", {"messages": messages, "chat_template_kwargs": {"tokenize": True}}),
     ]:
         response = http.post(path, json=body)
         assert response.status_code in (400, 404), (path, body, response.text)

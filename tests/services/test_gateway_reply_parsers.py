@@ -178,3 +178,9 @@ def test_structured_output_holds_on_the_answer_after_the_thinking(auto_client: o
             streamed_reasoning.append((choice.delta.model_extra or {}).get("reasoning_content") or "")
             streamed_content.append(choice.delta.content or "")
     assert ("".join(streamed_reasoning), "".join(streamed_content)) == (reasoning, whole.message.content)
+    # vLLM's chat_template_kwargs are accepted (SmolLM2's template reads no enable_thinking; with a
+    # template that does, test_template_kwargs.py, the grammar then holds from the first token).
+    same = auto_client.chat.completions.create(
+        extra_body={"chat_template_kwargs": {"enable_thinking": True}}, **kwargs
+    ).choices[0]
+    assert same.message.content == whole.message.content

@@ -42,7 +42,9 @@ async def chat_completions(
     state.check_model(body.model)
     tools = state.auto_tool_calls() if body.auto_tool_choice else body.tool_call_mode
     messages = [message.template_message() for message in body.messages]
-    prompt = await asyncio.to_thread(state.tokenizer.chat_prompt, messages, body.template_tools)
+    prompt = await asyncio.to_thread(
+        state.tokenizer.chat_prompt, messages, body.template_tools, True, body.chat_template_kwargs
+    )
     reasoning, grammar_after = _reasoning(state, body, prompt)
     replies = ChatReplies(reasoning, tools)
     run = await GenerationRun.start(

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 from treespec.gateway.errors import APIError
 from treespec.gateway.sampling import check_token_ids
-from treespec.gateway.schema_types import STRICT, TokenId, UnicodeText
+from treespec.gateway.schema_types import STRICT, TemplateKwargs, TokenId, UnicodeText
 from treespec.gateway.schemas import ChatMessage
 from treespec.gateway.state import GatewayState, gateway_state
 from treespec.gateway.tool_schemas import MAX_TOOLS, ToolDef, template_tools
@@ -30,6 +30,7 @@ class TokenizeRequest(BaseModel):
     messages: list[ChatMessage] | None = Field(default=None, min_length=1)
     add_generation_prompt: bool = True
     tools: list[ToolDef] | None = Field(default=None, max_length=MAX_TOOLS)
+    chat_template_kwargs: TemplateKwargs | None = None
 
 
 class TokenizeResponse(BaseModel):
@@ -60,7 +61,9 @@ async def tokenize(
     if body.messages is not None:
         messages = [m.template_message() for m in body.messages]
         tools = template_tools(body.tools)
-        ids = await asyncio.to_thread(tokenizer.chat_prompt, messages, tools, body.add_generation_prompt)
+        ids = await asyncio.to_thread(
+            tokenizer.chat_prompt, messages, tools, body.add_generation_prompt, body.chat_template_kwargs
+        )
     else:
         assert body.prompt is not None
         ids = await asyncio.to_thread(tokenizer.text_prompt, body.prompt, body.add_special_tokens)

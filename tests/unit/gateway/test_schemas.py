@@ -326,3 +326,18 @@ def test_null_means_the_default() -> None:
     assert streamed.stream and not streamed.include_usage
     completion = CompletionRequest.model_validate({"model": "m", "prompt": "x", "n": None, "best_of": None})
     assert completion.n == 1
+
+
+def test_chat_template_kwargs_are_accepted_but_not_the_template_s_own_arguments() -> None:
+    assert _chat(chat_template_kwargs={"enable_thinking": False}).chat_template_kwargs == {
+        "enable_thinking": False
+    }
+    body = {"model": "m", "messages": MESSAGES}
+    reserved_kwargs: list[dict[str, Any]] = [
+        {"tokenize": True},
+        {"add_generation_prompt": False},
+        {"messages": []},
+    ]
+    for reserved in reserved_kwargs:
+        refused = _refusal(ChatCompletionRequest, {**body, "chat_template_kwargs": reserved})
+        assert refused == ("invalid_value", "chat_template_kwargs")

@@ -1,0 +1,44 @@
+"""`chat_template_kwargs` (vLLM's and SGLang's): more variables reach the chat template, such as Qwen3's
+`enable_thinking`, whose template then closes the thinking in the prompt so that a constrained answer
+is constrained from its first token (test_schemas.py: the template's own arguments cannot be set)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from treespec.gateway.reasoning_parsers.think import Qwen3Parser
+from treespec.gateway.tokenizer import PromptTokenizer
+from treespec.shared.model.store import models_dir, resolve_model_path
+
+# Qwen3's way with thinking, on SmolLM2's ChatML tokens.
+THINKING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}"
+    "{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def thinking_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> PromptTokenizer:
+    source = resolve_model_path(None, models_dir())
+    target = tmp_path_factory.mktemp("thinking-template")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(source / name, target / name)
+    (target / "chat_template.jinja").write_text(THINKING_TEMPLATE)
+    return PromptTokenizer(Path(target))
+
+
+def test_template_kwargs_reach_the_template(thinking_tokenizer: PromptTokenizer) -> None:
+    messages = [{"role": "user", "content": "What is 2 + 2?"}]
+    thinking = thinking_tokenizer.decode(thinking_tokenizer.chat_prompt(messages), skip_special_tokens=False)
+    ids = thinking_tokenizer.chat_prompt(messages, template_kwargs={"enable_thinking": False})
+    answering = thinking_tokenizer.decode(ids, skip_special_tokens=False)
+    assert thinking.endswith("<|im_start|>assistant\n")
+    assert answering == thinking + "<think>\n\n</think>\n\n"
+    # So a constrained request's grammar holds from the first token when the thinking is off.
+    assert Qwen3Parser().grammar_starts_after(thinking) == "</think>"
+    assert Qwen3Parser().grammar_starts_after(answering) is None
