@@ -27,7 +27,7 @@ from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.store import models_dir, resolve_model_path
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine, GenerationResult
-from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
+from treespec.verifier.request import GenerationRequest, RequestOutput, SamplingParams, SpeculationParams
 from treespec.verifier.verify_cost import VerifyCost
 
 WARM_UP_TEXT = "Hello!"
@@ -180,12 +180,26 @@ def time_engine(
     spec: SpeculationParams | None,
 ) -> GenerationResult:
     drafting = engine.timings.draft_s
+    first_token: list[float] = []
+
+    def seen(output: RequestOutput) -> None:
+        if output.token_ids and not first_token:
+            first_token.append(time.perf_counter())
+
     start = time.perf_counter()
-    result = engine.generate([request(rid, ids, n, spec)])[rid]
-    seconds = time.perf_counter() - start
+    result = engine.generate([request(rid, ids, n, spec)], on_output=seen)[rid]
+    end = time.perf_counter()
     stats, draft_s = result.stats, engine.timings.draft_s - drafting
+    first_token_s = (first_token[0] if first_token else end) - start
     tally.add(
-        method, category, len(result.token_ids), seconds, stats.verify_steps, stats.committed_tokens, draft_s
+        method,
+        category,
+        len(result.token_ids),
+        end - start,
+        stats.verify_steps,
+        stats.committed_tokens,
+        draft_s,
+        first_token_s,
     )
     return result
 

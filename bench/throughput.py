@@ -13,6 +13,7 @@ class Tally:
     verify_steps: int = 0
     committed: int = 0  # tokens committed in verify steps (acceptance length numerator)
     draft_seconds: float = 0.0  # of `seconds`, spent asking the drafter for trees
+    first_token_seconds: float = 0.0  # of `seconds`, until the first token (the prefill, mostly)
 
     @property
     def tps(self) -> float:
@@ -31,6 +32,11 @@ class Tally:
         """The share of the time spent drafting."""
         return self.draft_seconds / self.seconds if self.seconds else 0.0
 
+    @property
+    def first_token_share(self) -> float:
+        """The share of the time spent until each request's first token: what drafting cannot speed up."""
+        return self.first_token_seconds / self.seconds if self.seconds else 0.0
+
     def add(
         self,
         tokens: int,
@@ -38,12 +44,14 @@ class Tally:
         verify_steps: int = 0,
         committed: int = 0,
         draft_seconds: float = 0.0,
+        first_token_seconds: float = 0.0,
     ) -> None:
         self.tokens += tokens
         self.seconds += seconds
         self.verify_steps += verify_steps
         self.committed += committed
         self.draft_seconds += draft_seconds
+        self.first_token_seconds += first_token_seconds
 
 
 @dataclass
@@ -64,9 +72,11 @@ class Throughput:
         steps: int = 0,
         committed: int = 0,
         draft_seconds: float = 0.0,
+        first_token_seconds: float = 0.0,
     ) -> None:
-        self.by_category[method][category].add(tokens, seconds, steps, committed, draft_seconds)
-        self.overall[method].add(tokens, seconds, steps, committed, draft_seconds)
+        figures = (tokens, seconds, steps, committed, draft_seconds, first_token_seconds)
+        self.by_category[method][category].add(*figures)
+        self.overall[method].add(*figures)
 
     def categories(self) -> list[str]:
         return sorted({c for per in self.by_category.values() for c in per})

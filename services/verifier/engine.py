@@ -11,7 +11,7 @@ import json
 import logging
 import queue
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -172,8 +172,13 @@ class Engine:
         self.timings.add(self.last_step)
         return outputs
 
-    def generate(self, requests: Iterable[GenerationRequest]) -> dict[str, GenerationResult]:
-        """Run requests to completion (tests, benchmarks, the embedded mode)."""
+    def generate(
+        self,
+        requests: Iterable[GenerationRequest],
+        on_output: Callable[[RequestOutput], None] | None = None,
+    ) -> dict[str, GenerationResult]:
+        """Run requests to completion (tests, benchmarks, the embedded mode); `on_output` sees each
+        step's outputs as they come (a benchmark times the first token with it)."""
         tokens: dict[str, list[int]] = {}
         logprobs: dict[str, list[TokenLogprobs]] = {}
         prompt_logprobs: dict[str, TokenLogprobs] = {}
@@ -184,6 +189,8 @@ class Engine:
         results: dict[str, GenerationResult] = {}
         while self.has_work():
             for out in self.step():
+                if on_output is not None:
+                    on_output(out)
                 tokens[out.request_id].extend(out.token_ids)
                 if out.logprobs is not None:
                     logprobs[out.request_id].append(out.logprobs)

@@ -65,7 +65,8 @@ def test_payload_has_the_issue_keys(bench_defaults: tuple[Path, Path]) -> None:
     args = _args(["--redis-url", "redis://u:secret@h:1/0", "--option", "max_bfs_breadth=4"])
     tally = Throughput()
     for method, seconds, steps in (("plain", 2.0, 0), ("ngram", 1.0, 4), ("hf_pld", 1.6, 0)):
-        tally.add(method, "coding", 8, seconds, steps, 8 if steps else 0, draft_seconds=0.1 if steps else 0.0)
+        draft_s = 0.1 if steps else 0.0
+        tally.add(method, "coding", 8, seconds, steps, 8 if steps else 0, draft_s, first_token_seconds=0.5)
     prompts = [BenchPrompt(1, "coding", "hi")]
     greedy = GreedyCheck(lambda ids: torch.zeros(4))
     p = _payload(args, prompts, tally, greedy, speculation(args.config), NodeCost(0.0))
@@ -78,5 +79,7 @@ def test_payload_has_the_issue_keys(bench_defaults: tuple[Path, Path]) -> None:
     assert p["setup"]["verify_cost"] == {"node_cost": 0.0, "tree_cost": 0.0, "measured": False}
     assert _args(["--speculative-node-cost", "0.25"]).node_cost == 0.25
     assert p["ngram_draft_ms_per_step"] == 25.0 and p["ngram_draft_share"] == 0.1
+    # A quarter of plain decoding's time went to the first token: what drafting cannot shorten.
+    assert p["plain_first_token_share"] == 0.25 == p["per_category"]["coding"]["plain_first_token_share"]
     assert "ngram / plain: 2.00x   ngram / hf_pld: 1.60x" in render(p)
     assert "drafting: ngram 25.00 ms/step (10% of its time)" in render(p)

@@ -44,3 +44,17 @@ def test_without_a_drafter_no_step_drafts(tiny_path: Path, tiny_model: CausalLM)
     while e.has_work():
         e.step()
     assert e.timings.draft_s == 0.0 and e.timings.steps >= 3  # a prefill, then 2 decode steps
+
+
+def test_generate_shows_each_output_as_it_comes(tiny_path: Path, tiny_model: CausalLM) -> None:
+    """What a bench times the first token with: the outputs in order, their tokens the result's."""
+    e = engine(tiny_path, tiny_model, RandomTreeDrafter(VOCAB, seed=5))
+    seen: list[tuple[str, list[int], bool]] = []
+    results = e.generate(
+        [greedy(0, n=5), greedy(1, n=4)],
+        on_output=lambda out: seen.append((out.request_id, out.token_ids, out.finish_reason is not None)),
+    )
+    for rid, result in results.items():
+        mine = [(tokens, done) for r, tokens, done in seen if r == rid]
+        assert [t for tokens, _ in mine for t in tokens] == result.token_ids
+        assert mine[0][0] and mine[-1][1] and not any(done for _, done in mine[:-1])
