@@ -40,13 +40,11 @@ class _TrieNode:
     bucket: int = 0  # the strongest kind of match through this node
     children: dict[int, _TrieNode] = field(default_factory=dict)
 
-    def ranked_children(self) -> list[_TrieNode]:
-        return sorted(self.children.values(), key=lambda c: -c.weight)
-
-    def share(self, child: _TrieNode) -> float:
-        """The child's part of the candidate weight through this node."""
+    def ranked_children(self) -> list[tuple[_TrieNode, float]]:
+        """The children, heaviest first, each with its share of the candidate weight through them."""
         total = sum(c.weight for c in self.children.values())
-        return child.weight / total if total > 0 else 1.0
+        ranked = sorted(self.children.values(), key=lambda c: -c.weight)
+        return [(c, c.weight / total if total > 0 else 1.0) for c in ranked]
 
 
 @dataclass
@@ -137,8 +135,8 @@ def _select_bfs(trie: _TrieNode, budget: TreeBudget, shape: TreeShape, estimate:
         breadth = min(_breadth(depth, budget.num_steps, shape), budget.topk)
         next_level: list[tuple[_TrieNode, int, float]] = []
         for node, index, path_prob in level:
-            for rank, child in enumerate(node.ranked_children()[:breadth]):
-                kind = node_kind(child.bucket, depth, rank, node.share(child))
+            for rank, (child, share) in enumerate(node.ranked_children()[:breadth]):
+                kind = node_kind(child.bucket, depth, rank, share)
                 prob = path_prob * estimate(kind)
                 if prob < shape.min_path_prob or len(tokens) >= budget.num_draft_tokens:
                     break
@@ -165,8 +163,8 @@ def _select_prob(trie: _TrieNode, budget: TreeBudget, shape: TreeShape, estimate
         nonlocal counter
         if depth > budget.num_steps:
             return
-        for rank, child in enumerate(node.ranked_children()[: budget.topk]):
-            kind = node_kind(child.bucket, depth, rank, node.share(child))
+        for rank, (child, share) in enumerate(node.ranked_children()[: budget.topk]):
+            kind = node_kind(child.bucket, depth, rank, share)
             heapq.heappush(heap, (-path_prob * estimate(kind), counter, index, depth, kind, child))
             counter += 1
 
