@@ -6,7 +6,12 @@ outcomes, and keeps only nodes whose path probability is worth their cost. Kinds
 strength of the match that proposed the node, its depth and its rank among its siblings.
 
 Estimates are Beta posteriors: a drafter-wide one learns from all traffic, and a per-request one
-starts from the drafter-wide mean and adapts to the request (copying text vs. free writing).
+starts from the drafter-wide mean and adapts to the request (copying text vs. free writing). Kinds are
+many, so a request sees few outcomes of each; what it tells early is how its matches fare against the
+drafter-wide estimates as a whole. So a request's prior for every kind is the drafter-wide estimate
+times the request's factor: its accepted nodes over the drafter-wide estimates' sum for them (with
+pseudo-outcomes at a factor of 1). A request whose matches keep failing (free writing) soon drafts
+less, one that copies its context soon trusts its matches more.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ AGREEMENT_BUCKETS = 3  # the share of the parent's candidate weight through the 
 PRIOR_MEAN = 0.4  # before any outcome: worth trying, not trusted
 PRIOR_STRENGTH = 2.0  # pseudo-outcomes behind the drafter-wide prior
 REQUEST_PRIOR_STRENGTH = 6.0  # pseudo-outcomes of the drafter-wide mean behind a request's estimate
+REQUEST_FACTOR_STRENGTH = 3.0  # pseudo-outcomes, at the drafter-wide estimates, behind a request's factor
+MAX_PRIOR = 0.95  # a request's scaled prior stays below certainty
 
 
 def node_kind(bucket: int, depth: int, rank: int, share: float = 1.0) -> NodeKind:
@@ -37,18 +44,31 @@ class _Counts:
 
 
 @dataclass
+class _Factor:
+    """A request's accepted nodes against what the drafter-wide estimates expected of them."""
+
+    accepted: float = 0.0
+    expected: float = 0.0
+
+    @property
+    def value(self) -> float:
+        return (self.accepted + REQUEST_FACTOR_STRENGTH) / (self.expected + REQUEST_FACTOR_STRENGTH)
+
+
+@dataclass
 class AcceptanceModel:
     """Outcome counts per node kind; `parent` (the drafter-wide model) supplies the prior mean."""
 
     parent: AcceptanceModel | None = None
     prior_strength: float = PRIOR_STRENGTH
     _counts: dict[NodeKind, _Counts] = field(default_factory=dict)
+    _factor: _Factor = field(default_factory=_Factor)
 
     def child(self) -> AcceptanceModel:
         return AcceptanceModel(parent=self, prior_strength=REQUEST_PRIOR_STRENGTH)
 
     def probability(self, kind: NodeKind) -> float:
-        prior = self.parent.probability(kind) if self.parent is not None else PRIOR_MEAN
+        prior = self._prior(kind)
         counts = self._counts.get(kind)
         if counts is None:
             return prior
@@ -57,10 +77,18 @@ class AcceptanceModel:
     def observe(self, outcomes: Iterable[tuple[NodeKind, bool]]) -> None:
         """Each outcome: a node whose parent was accepted, and whether it was accepted itself."""
         for kind, accepted in outcomes:
+            if self.parent is not None:
+                self._factor.expected += self.parent.probability(kind)
+                self._factor.accepted += float(accepted)
             for model in self._lineage():
                 counts = model._counts.setdefault(kind, _Counts())
                 counts.trials += 1
                 counts.accepted += float(accepted)
+
+    def _prior(self, kind: NodeKind) -> float:
+        if self.parent is None:
+            return PRIOR_MEAN
+        return min(MAX_PRIOR, self.parent.probability(kind) * self._factor.value)
 
     def _lineage(self) -> Iterable[AcceptanceModel]:
         model: AcceptanceModel | None = self

@@ -156,6 +156,20 @@ def test_acceptance_model_learns_per_request_from_a_shared_prior() -> None:
     assert second.probability(kind) > 0.6 > shared.probability(kind)  # the request adapts quickly
 
 
+def test_a_request_carries_how_its_matches_fare_over_to_kinds_it_has_not_seen() -> None:
+    shared = AcceptanceModel()
+    seen, unseen = node_kind(local_bucket(2), 1, 0), node_kind(local_bucket(4), 3, 1, 0.5)
+    before = shared.probability(unseen)
+    writing, copying = shared.child(), shared.child()
+    assert writing.probability(unseen) == pytest.approx(before)  # no outcome yet: the shared estimate
+    writing.observe([(seen, False)] * 12)  # its matches keep failing
+    copying.observe([(seen, True)] * 12)  # its matches keep being accepted
+    assert writing.probability(unseen) < 0.7 * before
+    assert copying.probability(unseen) > 1.3 * before
+    assert shared.probability(unseen) == pytest.approx(before)  # nothing learned drafter-wide for it
+    assert all(0.0 < m.probability(unseen) < 1.0 for m in (writing, copying))
+
+
 def test_nodes_that_do_not_pay_for_their_verify_rows_are_left_out() -> None:
     def estimate(kind: NodeKind) -> float:
         return {0: 0.9, 1: 0.1}.get(kind[2], 0.05)  # by sibling rank
