@@ -14,6 +14,7 @@ import torch
 
 from treespec.shared.drafting.features import FeatureRing, FeatureSpec
 from treespec.shared.model.causal_lm import CausalLM
+from treespec.shared.model.dual_layout import HeadWeight
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,7 @@ class TargetTensors:
     """The target's token embedding and output head, as an EAGLE head reads them."""
 
     embed: torch.Tensor  # [vocab, hidden] dense rows
-    lm_head: torch.Tensor  # for treespec.shared.model.linear.linear: dense [hidden, vocab] or packed
+    lm_head: HeadWeight  # for treespec.shared.model.linear.linear: dense [hidden, vocab] or packed
     num_layers: int
     hidden_size: int
     vocab_size: int
@@ -46,7 +47,11 @@ class LocalTargetAccess(TargetAccess):
 
     def tensors(self) -> TargetTensors:
         w, c = self.model.weights, self.model.config
-        embed = w.embed if w.embed is not None else w.lm_head.t()
+        if w.embed is not None:
+            embed = w.embed
+        else:  # tied and dense (repacking gives a tied embedding its own copy)
+            assert isinstance(w.lm_head, torch.Tensor)
+            embed = w.lm_head.t()
         return TargetTensors(embed, w.lm_head, c.num_layers, c.hidden_size, c.vocab_size, c.step_weights)
 
     def feature_ring(self, spec: FeatureSpec, capacity: int) -> FeatureRing:

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from treespec.kernels.panel_gemm import PanelWeight
+
 
 @dataclass
 class DualLayout:
@@ -19,4 +21,5 @@ class DualLayout:
         return self.dense if rows <= self.max_dense_rows else self.packed
 
 
-Weight = torch.Tensor | DualLayout  # what the forward's matmuls accept
+Weight = torch.Tensor | DualLayout | PanelWeight  # what the forward's matmuls accept
+HeadWeight = torch.Tensor | PanelWeight  # the lm_head's: dense, oneDNN-packed or panels

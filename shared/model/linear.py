@@ -11,6 +11,10 @@ For a single row, though, the packed layout streams the weights more slowly than
 dense ones on some CPUs (on these 2 cores a whole decode step took ~38 ms packed, ~31 ms dense). The
 layer weights can therefore be kept in both layouts (`DualLayout`): dense up to a row count that
 layout_probe.py measures once at load, packed above.
+
+Where the own panel kernel builds (treespec.kernels.panel_gemm; x86-64, a C++ compiler), both give way
+to it: it streams the weights once for 1-16 rows, so a tree node costs a small fraction of what it
+costs in either library layout, and a single row no more than torch.mm's.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import logging
 
 import torch
 
+from treespec.kernels.panel_gemm import PanelGemm, PanelWeight, panel_linear
 from treespec.shared.model.dual_layout import DualLayout, Weight
 from treespec.shared.model.weights import ModelWeights
 
@@ -28,7 +33,11 @@ PACK_ROWS_HINT = 8  # rows oneDNN tunes the packed layout for: a typical verify 
 
 
 def linear(x: torch.Tensor, weight: Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x [T, in] @ weight (+ bias [out]); weight is dense [in, out], packed by `pack_weight`, or both."""
+    """x [T, in] @ weight (+ bias [out]); weight is dense [in, out], packed by `pack_weight`, both, or
+    in the panel layout."""
+    if isinstance(weight, PanelWeight):
+        y = panel_linear(x, weight)
+        return y if bias is None else y.add_(bias)
     if isinstance(weight, DualLayout):
         weight = weight.for_rows(x.shape[0])
     if weight.is_mkldnn:
@@ -60,6 +69,7 @@ def pack_model_weights(weights: ModelWeights, keep_dense: bool = False) -> None:
     unless `keep_dense`: the layers' weights then become `DualLayout`s, dense for no rows until
     `set_dense_rows` says otherwise). A tied embedding gets its own dense copy first: lookups cannot
     read the packed lm_head."""
+    assert isinstance(weights.lm_head, torch.Tensor)
     if weights.embed is None:
         weights.embed = weights.lm_head.t().contiguous()
 
@@ -70,6 +80,22 @@ def pack_model_weights(weights: ModelWeights, keep_dense: bool = False) -> None:
     for layer in weights.layers:
         layer.map_matmuls(pack)
     weights.lm_head = pack_weight(weights.lm_head)
+
+
+def panel_model_weights(weights: ModelWeights, gemm: PanelGemm) -> None:
+    """Repack every matmul weight into the panel layout, in place, layer by layer. A tied embedding
+    gets its own dense copy first, as with `pack_model_weights`."""
+    assert isinstance(weights.lm_head, torch.Tensor)
+    if weights.embed is None:
+        weights.embed = weights.lm_head.t().contiguous()
+
+    def pack(dense: Weight) -> Weight:
+        assert isinstance(dense, torch.Tensor)
+        return gemm.pack(dense)
+
+    for layer in weights.layers:
+        layer.map_matmuls(pack)
+    weights.lm_head = gemm.pack(weights.lm_head)
 
 
 def dual_layouts(weights: ModelWeights) -> list[DualLayout]:

@@ -7,11 +7,17 @@ from pathlib import Path
 
 import torch
 
+from treespec.kernels import panel_gemm
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.config import ModelConfig
 from treespec.shared.model.errors import ModelLoadError
 from treespec.shared.model.layout_probe import choose_dense_rows, dense_copies_fit
-from treespec.shared.model.linear import pack_model_weights, packing_supported, set_dense_rows
+from treespec.shared.model.linear import (
+    pack_model_weights,
+    packing_supported,
+    panel_model_weights,
+    set_dense_rows,
+)
 from treespec.shared.model.rope import build_rope_tables
 from treespec.shared.model.weights import load_weights
 
@@ -22,7 +28,10 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 class LoadOptions:
     device: str = "cpu"
     dtype: str = "auto"  # float32 on CPU, bfloat16 on GPU
-    pack_weights: bool = True  # oneDNN's layout where it applies (CPU float32), see linear.py
+    pack_weights: bool = True  # a packed layout where one applies (CPU float32), see linear.py
+    # With packing: the own panel kernel's layout where it builds (kernels/panel_gemm.py); else, or
+    # without this, oneDNN's.
+    panel_weights: bool = True
     # With packing: also keep the dense layer weights for forwards of few rows where they are faster
     # (measured at load, layout_probe.py), if the copy takes at most a quarter of the RAM.
     dense_small_forwards: bool = True
@@ -45,7 +54,11 @@ def load_model(path: Path, options: LoadOptions | None = None) -> CausalLM:
     dtype = options.torch_dtype()
     weights = load_weights(path, config, dtype, device)
     dual = False
-    if options.pack_weights and packing_supported(device, dtype):
+    panels = options.pack_weights and options.panel_weights and panel_gemm.applies(device, dtype)
+    gemm = panel_gemm.panel_gemm() if panels else None
+    if gemm is not None:
+        panel_model_weights(weights, gemm)
+    elif options.pack_weights and packing_supported(device, dtype):
         dual = options.dense_small_forwards and dense_copies_fit(weights)
         pack_model_weights(weights, keep_dense=dual)
     model = CausalLM(config, weights, build_rope_tables(config, device))

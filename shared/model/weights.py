@@ -14,12 +14,13 @@ from safetensors import SafetensorError, safe_open
 from tqdm import tqdm
 
 from treespec.shared.model.config import ModelConfig
-from treespec.shared.model.dual_layout import Weight
+from treespec.shared.model.dual_layout import HeadWeight, Weight
 from treespec.shared.model.errors import ModelLoadError
 
 # Linear weights are stored transposed, [in, out] contiguous, and applied as x @ w: for the few rows
 # of a decode or verify step, MKL's kernels are up to twice as fast on this layout as on HF's [out, in].
-# On CPU in float32 the loader then repacks them for oneDNN, or keeps both layouts (linear.py).
+# On CPU in float32 the loader then repacks them: into the own kernel's panels where it builds, else
+# for oneDNN, or keeps both layouts (linear.py).
 
 
 @dataclass
@@ -64,11 +65,12 @@ class ModelWeights:
     embed: torch.Tensor | None  # [vocab, hidden]; None when tied: the embedding is lm_head's columns
     layers: list[LayerWeights]
     norm: torch.Tensor  # [hidden]
-    lm_head: torch.Tensor  # [hidden, vocab]
+    lm_head: HeadWeight  # [hidden, vocab]: dense until the loader repacks it (linear.py)
 
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [T] -> [T, hidden]."""
         if self.embed is None:
+            assert isinstance(self.lm_head, torch.Tensor)  # repacking gives a tied embedding its own copy
             # Row-major, as every later op expects: a transposed view would carry its layout through
             # the residual stream and slow each matmul several times over.
             return self.lm_head.index_select(1, ids).t().contiguous()

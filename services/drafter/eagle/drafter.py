@@ -28,6 +28,7 @@ from treespec.shared.drafting.drafter import Drafter, DrafterContext, DraftQuery
 from treespec.shared.drafting.features import FeatureRing, FeatureSlots
 from treespec.shared.drafting.target_access import TargetTensors
 from treespec.shared.drafting.token_tree import TokenTree
+from treespec.shared.model.dual_layout import HeadWeight
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ class EagleDrafter(Drafter):
         self._requests: dict[str, DraftState] = {}
         self._generator = torch.Generator().manual_seed(config.seed) if config.draft_probs else None
         self._vocab_ids = head.draft_to_target() if head.config.is_eagle3 else None
-        self._lm_head: torch.Tensor | None = None if head.config.is_eagle3 else target.lm_head
+        self._lm_head: HeadWeight | None = None if head.config.is_eagle3 else target.lm_head
         if config.token_map and not head.config.is_eagle3:
             hot = load_token_map(config.token_map, target.vocab_size)
             self._vocab_ids, self._lm_head = hot, restricted_lm_head(target.embed, hot)

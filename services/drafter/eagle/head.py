@@ -15,6 +15,7 @@ from torch import nn
 
 from treespec.drafter.eagle.head_config import EagleHeadConfig
 from treespec.drafter.eagle.packed_matmul import MatmulDtype, PackedMatmul, packed_dtype
+from treespec.shared.model.dual_layout import HeadWeight
 from treespec.shared.model.linear import linear
 from treespec.shared.model.rope import RopeTables, apply_rope, build_rope_tables
 
@@ -204,7 +205,7 @@ class EagleHead(nn.Module):
         out = h + layer.mlp(layer.post_attention_layernorm(h))
         return HeadOutput(out, self.norm(out) if self.config.is_eagle3 else out)
 
-    def logits(self, for_logits: torch.Tensor, target_lm_head: torch.Tensor | None = None) -> torch.Tensor:
+    def logits(self, for_logits: torch.Tensor, target_lm_head: HeadWeight | None = None) -> torch.Tensor:
         """EAGLE-3: over the draft vocabulary. EAGLE: the target's lm_head (`linear` layout), or rows
         of it (FR-Spec), passed by the caller."""
         if self.config.is_eagle3:

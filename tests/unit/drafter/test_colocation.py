@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from tests.unit.model.test_forward_vs_hf import make_checkpoint
+from treespec.kernels.panel_gemm import PanelWeight
 from treespec.shared.cli import drafter as drafter_cli
 from treespec.shared.cli.main import build_parser
 from treespec.shared.cli.serve import ServeConfig, services
@@ -27,15 +28,24 @@ from treespec.shared.drafting.colocation_wire import ColocationError, HandshakeR
 from treespec.shared.drafting.features import FeatureSpec
 from treespec.shared.drafting.shared_tensor import SHM_DIR
 from treespec.shared.model.causal_lm import CausalLM
+from treespec.shared.model.dual_layout import HeadWeight
 from treespec.shared.model.loader import LoadOptions, load_model
 
 HIDDEN = 64  # the tiny model's
 
 
-@pytest.fixture
-def model(tiny_path: Path) -> CausalLM:
-    """Its own copy: co-location moves the embedding into shared memory."""
-    return load_model(tiny_path)
+LAYOUTS = {"panels": LoadOptions(), "onednn": LoadOptions(panel_weights=False)}
+
+
+@pytest.fixture(params=list(LAYOUTS))
+def model(tiny_path: Path, request: pytest.FixtureRequest) -> CausalLM:
+    """Its own copy: co-location moves the embedding into shared memory. Either packed head layout."""
+    return load_model(tiny_path, LAYOUTS[request.param])
+
+
+def dense_head(head: HeadWeight) -> torch.Tensor:
+    """[hidden, vocab] of a packed head (oneDNN's is packed from the transpose)."""
+    return head.to_dense() if isinstance(head, PanelWeight) else head.to_dense().t()
 
 
 @pytest.fixture
@@ -60,25 +70,30 @@ def test_drafter_gets_the_targets_tensors_and_the_verifier_keeps_one_copy(
     assert (tensors.num_layers, tensors.hidden_size, tensors.vocab_size) == (3, HIDDEN, 97)
     assert tensors.step_weights == model.config.step_weights  # a drafter weighs its steps against it
     assert model.weights.embed is not None and torch.equal(tensors.embed, model.weights.embed)
-    assert torch.equal(tensors.lm_head, packed_head.to_dense().t())  # dense [hidden, vocab]
+    assert isinstance(packed_head, PanelWeight) or packed_head.is_mkldnn  # the verifier keeps it packed
+    assert isinstance(tensors.lm_head, torch.Tensor)  # a drafter process gets it dense
+    assert torch.equal(tensors.lm_head, dense_head(packed_head))  # [hidden, vocab]
     tensors.embed[5, 0] = 123.0  # the verifier's embedding now is the shared one
     assert float(model.weights.embed[5, 0]) == 123.0
     assert server.feature_ring is None  # nobody asked for features yet
 
 
-@pytest.mark.parametrize("pack", [True, False], ids=["packed", "dense"])
-def test_a_tied_model_shares_its_one_matrix_once(tmp_path: Path, pack: bool) -> None:
+@pytest.mark.parametrize("layout", ["panels", "onednn", "dense"])
+def test_a_tied_model_shares_its_one_matrix_once(tmp_path: Path, layout: str) -> None:
     make_checkpoint(tmp_path / "tied", "llama-tied-bias")
-    model = load_model(tmp_path / "tied", LoadOptions(pack_weights=pack))
+    model = load_model(tmp_path / "tied", LAYOUTS.get(layout, LoadOptions(pack_weights=False)))
+    pack = layout != "dense"
     with ColocationServer(tmp_path / "s.sock", model) as server:
         reply = server.handshake(HandshakeRequest())
         assert reply.embed.tensor == reply.lm_head.tensor
         assert reply.embed.transposed != reply.lm_head.transposed
         tensors = ColocatedTargetAccess(server.path).tensors()
+        assert isinstance(tensors.lm_head, torch.Tensor)
         assert tensors.embed.data_ptr() == tensors.lm_head.data_ptr()  # one mapping, two views
         assert torch.equal(tensors.lm_head, tensors.embed.t())
         tensors.embed[3, 1] = 55.0
-        verifier_embed = model.weights.embed if pack else model.weights.lm_head.t()
+        head = model.weights.lm_head
+        verifier_embed = model.weights.embed if pack else head.t() if isinstance(head, torch.Tensor) else None
         assert verifier_embed is not None and float(verifier_embed[3, 1]) == 55.0
 
 

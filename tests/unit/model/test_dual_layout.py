@@ -1,5 +1,6 @@
-"""Layer weights kept in both CPU layouts: each forward reads the one its row count calls for, the
-load-time probe picks the row limit, and either layout gives HF's logits."""
+"""Layer weights kept in both library CPU layouts (where the panel kernel is not used): each forward
+reads the one its row count calls for, the load-time probe picks the row limit, and either layout
+gives HF's logits."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from treespec.shared.model.linear import (
     set_dense_rows,
 )
 from treespec.shared.model.loader import LoadOptions, load_model
+
+ONEDNN = LoadOptions(panel_weights=False)  # the library layouts, not the own panel kernel's
 
 
 def _dual_by_hand(path: Path) -> CausalLM:
@@ -54,14 +57,14 @@ def test_a_dual_weight_reads_dense_up_to_its_row_limit_and_packed_above(
 
 def test_the_loader_keeps_both_layouts_only_where_the_probe_found_dense_faster(tmp_path: Path) -> None:
     make_checkpoint(tmp_path, "llama")
-    model = load_model(tmp_path)
+    model = load_model(tmp_path, ONEDNN)
     layouts = dual_layouts(model.weights)
     if layouts:  # the dense copies won for one row at least, on this machine, at load
         limits = {w.max_dense_rows for w in layouts}
         assert len(limits) == 1 and limits <= set(PROBE_ROWS)
     else:  # they never won: dropped, every layer weight packed
         assert all(layer.attn.qkv.is_mkldnn for layer in model.weights.layers)  # type: ignore[union-attr]
-    packed_only = load_model(tmp_path, LoadOptions(dense_small_forwards=False))
+    packed_only = load_model(tmp_path, LoadOptions(panel_weights=False, dense_small_forwards=False))
     assert not dual_layouts(packed_only.weights)
     assert packed_only.weights.layers[0].mlp.down.is_mkldnn  # type: ignore[union-attr]
 

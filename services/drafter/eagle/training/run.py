@@ -71,6 +71,7 @@ def run(config: TrainEagleConfig) -> dict[str, object]:
         held_out = sequences + held_out
     model = load_model(config.target, LoadOptions(pack_weights=False))
     w = model.weights
+    assert isinstance(w.lm_head, torch.Tensor)  # dense: loaded unpacked
     embed = (w.embed if w.embed is not None else w.lm_head.t()).float()
     lm_head = w.lm_head.t().float()  # [V, H] rows
     head, vocab = _starting_head(config, init, head_config, sequences, lm_head, w.norm.float())

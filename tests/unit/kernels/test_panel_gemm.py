@@ -1,0 +1,83 @@
+"""The panel matmul kernel against its reference (x @ dense), its layout round trip, its row
+independence, and the loader's use of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.unit.model.test_forward_vs_hf import make_checkpoint
+from treespec.kernels.panel_gemm import PANEL, PanelGemm, PanelWeight, panel_gemm, reference_linear
+from treespec.shared.model.linear import linear
+from treespec.shared.model.loader import LoadOptions, load_model
+
+
+@pytest.fixture(scope="module")
+def gemm() -> PanelGemm:
+    built = panel_gemm()
+    assert built is not None, "the panel kernel did not build (a C++ compiler and ninja are needed)"
+    return built
+
+
+@pytest.mark.parametrize("rows", [0, 1, 2, 3, 7, 8, 9, 16, 17, 40])
+@pytest.mark.parametrize(("inputs", "outputs"), [(64, 96), (37, 64), (128, 50), (576, 32)])
+def test_it_multiplies_as_the_reference(gemm: PanelGemm, rows: int, inputs: int, outputs: int) -> None:
+    generator = torch.Generator().manual_seed(rows * 1000 + inputs + outputs)
+    dense = torch.randn(inputs, outputs, generator=generator)
+    x = torch.randn(rows, inputs, generator=generator)
+    weight = gemm.pack(dense)
+    got = linear(x, weight)
+    assert got.shape == (rows, outputs) and got.is_contiguous()
+    torch.testing.assert_close(got, x @ dense, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(got, reference_linear(x, weight), rtol=1e-5, atol=1e-4)
+
+
+def test_the_layout_keeps_the_values_and_pads_the_columns(gemm: PanelGemm) -> None:
+    dense = torch.randn(20, 45)
+    weight = gemm.pack(dense)
+    assert weight.shape == (20, 45)
+    assert tuple(weight.panels.shape) == (2, 20, PANEL)  # 45 columns -> two panels, the last padded
+    assert torch.equal(weight.to_dense(), dense)
+    assert torch.equal(weight.panels[1, :, 45 - PANEL :], torch.zeros(20, 2 * PANEL - 45))
+
+
+def test_a_rows_result_does_not_depend_on_the_rows_beside_it(gemm: PanelGemm) -> None:
+    """A verify step's row equals the decode step's bit for bit: one FMA chain per output element."""
+    generator = torch.Generator().manual_seed(3)
+    weight = gemm.pack(torch.randn(300, 128, generator=generator))
+    x = torch.randn(13, 300, generator=generator)
+    together = linear(x, weight)
+    for i in range(x.shape[0]):
+        assert torch.equal(linear(x[i : i + 1], weight), together[i : i + 1])
+    assert torch.equal(linear(x[5:12], weight), together[5:12])
+
+
+def test_a_bias_is_added_and_a_strided_input_is_read(gemm: PanelGemm) -> None:
+    generator = torch.Generator().manual_seed(4)
+    dense, bias = torch.randn(32, 64, generator=generator), torch.randn(64, generator=generator)
+    x = torch.randn(48, 5, generator=generator).t()[:, :32]  # [5, 32], not contiguous
+    torch.testing.assert_close(linear(x, gemm.pack(dense), bias), x @ dense + bias, rtol=1e-5, atol=1e-4)
+
+
+def test_it_refuses_what_it_cannot_multiply(gemm: PanelGemm) -> None:
+    weight = gemm.pack(torch.randn(16, 32))
+    with pytest.raises(RuntimeError, match="input width"):
+        linear(torch.randn(2, 17), weight)
+    with pytest.raises(RuntimeError, match="float32"):
+        linear(torch.randn(2, 16, dtype=torch.float64), weight)
+
+
+def test_the_loader_packs_every_matmul_into_panels_on_cpu_float32(tmp_path: Path) -> None:
+    make_checkpoint(tmp_path, "llama-tied-bias")
+    model = load_model(tmp_path)
+    w = model.weights
+    assert all(isinstance(m, PanelWeight) for layer in w.layers for m in layer.matmuls())
+    assert isinstance(w.lm_head, PanelWeight)
+    assert w.embed is not None and torch.equal(w.embed, w.lm_head.to_dense().t())  # tied: its own copy
+    dense = load_model(tmp_path, LoadOptions(pack_weights=False)).weights
+    assert isinstance(dense.lm_head, torch.Tensor) and not dense.lm_head.is_mkldnn
+    assert torch.equal(w.lm_head.to_dense(), dense.lm_head)
+    onednn = load_model(tmp_path, LoadOptions(panel_weights=False)).weights
+    assert isinstance(onednn.lm_head, torch.Tensor) and onednn.lm_head.is_mkldnn
