@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import Any, Protocol, Self, TypeVar
 
 import torch
 import transformers
@@ -70,7 +70,20 @@ def _costs(node_cost: float | None, tree_cost: float | None) -> dict[str, float 
     return {"node_cost": node_cost, "tree_cost": tree_cost}
 
 
-ArgsT = TypeVar("ArgsT", bound=BenchArgs)
+class RunArgs(Protocol):
+    """What `run_bench` needs of a verb's arguments (BenchArgs, or a verb's own)."""
+
+    @property
+    def threads(self) -> int: ...
+
+    @property
+    def json_path(self) -> Path | None: ...
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> Self: ...
+
+
+ArgsT = TypeVar("ArgsT", bound=RunArgs)
 
 
 def run_bench(

@@ -37,6 +37,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     _engine_arguments(prefix)
     prefix.set_defaults(handler=_prefix)
+    layout = verbs.add_parser(
+        "layout", help="a forward of 1-16 rows in each CPU weight layout: panel kernel, library, dense"
+    )
+    _layout_arguments(layout)
+    layout.set_defaults(handler=_layout)
     serve = verbs.add_parser("serve", help="HTTP streaming through the services vs the in-process engine")
     _serve_arguments(serve)
     serve.set_defaults(handler=_serve)
@@ -103,6 +108,30 @@ def _eagle_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="the co-located drafter's deadline per draft round (default: %(default)s)",
     )
+
+
+def _layout_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="HF model directory (default: the bundled SmolLM2-135M-Instruct)")
+    parser.add_argument(
+        "--rows", default="1,2,3,4,6,8,12,16", help="row counts, comma-separated (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--context",
+        type=positive_int,
+        default=512,
+        help="cached tokens before the rows (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--repeats", type=positive_int, default=7, help="timed forwards per layout and row count"
+    )
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--json", help="write the figures to this JSON file")
+
+
+def _layout(ns: argparse.Namespace) -> int:
+    from treespec.bench.layout_bench import run
+
+    return run(ns)
 
 
 def _engine(ns: argparse.Namespace) -> int:
