@@ -3,11 +3,12 @@ of decode and verify steps.
 
 A decode step multiplies 1 row by every weight, a verify step 2-16 rows (tree nodes), and both are
 bound by streaming the weights from memory once. Library GEMMs do not reach that bound at these sizes
-(on a 2-core Xeon with AMX, the layer weights of SmolLM2-135M: 14.8 ms for 1 row with torch.mm, 22-25
-ms for 4 rows and 26-30 ms for 8 with MKL or oneDNN, in any of their layouts), so every tree node cost
-several percent of a step. The panel kernel streams each 32-column panel once, prefetched into L2 ahead
-of use, and multiplies every row by it while it is in cache: 14.6 ms for 1 row, 14.1 for 4 and 16.5
-for 8. Larger forwards (prefill) run through the same loop at library speed.
+(on a 2-core Xeon with AMX, the layer products of SmolLM2-135M, timed alone with a scratch script: 14.8
+ms for 1 row with torch.mm, 22-25 ms for 4 rows and 26-30 ms for 8 with MKL or oneDNN, in any of their
+layouts), so every tree node cost several percent of a step. The panel kernel streams each 32-column
+panel once, prefetched into L2 ahead of use, and multiplies every row by it while it is in cache: 14.6
+ms for 1 row, 14.1 for 4 and 16.5 for 8 the same way. `treespec bench layout` times whole forwards in
+each layout. Larger forwards (prefill) run through the same loop, about 10% slower than MKL's sgemm.
 
 Each output element is one FMA chain over the input in order, whatever the row count, so a row's
 result does not depend on the rows beside it: a verify step's logits for a token equal a decode
