@@ -106,11 +106,9 @@ def _cache(model: CausalLM, tokens: int) -> KVCache:
 def _layout_kind(model: CausalLM) -> str:
     """What the first layer's first matmul weight turned into."""
     weight = model.weights.layers[0].matmuls()[0]
-    return (
-        type(weight).__name__
-        if not isinstance(weight, torch.Tensor)
-        else ("mkldnn" if weight.is_mkldnn else "dense")
-    )
+    if not isinstance(weight, torch.Tensor):
+        return type(weight).__name__
+    return "mkldnn" if weight.is_mkldnn else "dense"
 
 
 def _row_cost(by_rows: dict[int, float]) -> dict[str, float]:

@@ -20,11 +20,12 @@ costs in either library layout, and a single row no more than torch.mm's.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import torch
 
 from treespec.kernels.panel_gemm import PanelGemm, PanelWeight, panel_linear
-from treespec.shared.model.dual_layout import DualLayout, Weight
+from treespec.shared.model.dual_layout import DualLayout, HeadWeight, Weight
 from treespec.shared.model.weights import ModelWeights
 
 log = logging.getLogger(__name__)
@@ -65,37 +66,39 @@ def pack_weight(dense: torch.Tensor) -> torch.Tensor:
 
 
 def pack_model_weights(weights: ModelWeights, keep_dense: bool = False) -> None:
-    """Repack every matmul weight in place, layer by layer (so that the dense copies go as we go,
-    unless `keep_dense`: the layers' weights then become `DualLayout`s, dense for no rows until
-    `set_dense_rows` says otherwise). A tied embedding gets its own dense copy first: lookups cannot
-    read the packed lm_head."""
-    assert isinstance(weights.lm_head, torch.Tensor)
-    if weights.embed is None:
-        weights.embed = weights.lm_head.t().contiguous()
+    """Repack every matmul weight for oneDNN, in place, layer by layer (so that the dense copies go as
+    we go, unless `keep_dense`: the layers' weights then become `DualLayout`s, dense for no rows until
+    `set_dense_rows` says otherwise)."""
 
-    def pack(dense: Weight) -> Weight:
-        assert isinstance(dense, torch.Tensor)
+    def layer_weight(dense: torch.Tensor) -> Weight:
         return DualLayout(dense, pack_weight(dense)) if keep_dense else pack_weight(dense)
 
-    for layer in weights.layers:
-        layer.map_matmuls(pack)
-    weights.lm_head = pack_weight(weights.lm_head)
+    _repack(weights, layer_weight, pack_weight)
 
 
 def panel_model_weights(weights: ModelWeights, gemm: PanelGemm) -> None:
-    """Repack every matmul weight into the panel layout, in place, layer by layer. A tied embedding
-    gets its own dense copy first, as with `pack_model_weights`."""
+    """Repack every matmul weight into the panel layout, in place, layer by layer."""
+    _repack(weights, gemm.pack, gemm.pack)
+
+
+def _repack(
+    weights: ModelWeights,
+    layer_weight: Callable[[torch.Tensor], Weight],
+    head_weight: Callable[[torch.Tensor], HeadWeight],
+) -> None:
+    """A tied embedding gets its own dense copy first (lookups cannot read a packed lm_head); then
+    each layer's matmul weights and the lm_head are replaced by their repacked forms."""
     assert isinstance(weights.lm_head, torch.Tensor)
     if weights.embed is None:
         weights.embed = weights.lm_head.t().contiguous()
 
-    def pack(dense: Weight) -> Weight:
+    def repack(dense: Weight) -> Weight:
         assert isinstance(dense, torch.Tensor)
-        return gemm.pack(dense)
+        return layer_weight(dense)
 
     for layer in weights.layers:
-        layer.map_matmuls(pack)
-    weights.lm_head = gemm.pack(weights.lm_head)
+        layer.map_matmuls(repack)
+    weights.lm_head = head_weight(weights.lm_head)
 
 
 def dual_layouts(weights: ModelWeights) -> list[DualLayout]:
