@@ -2,11 +2,13 @@
 
 The model is loaded three times: with the panel kernel (the default where it builds), with the
 library layouts (oneDNN's packing, and the dense weights for the row counts where the load-time probe
-found them faster: the default where the kernel does not build), and dense only (torch.mm). Each
-forward is a verify step's: `rows` new tokens (a chain) after `context` cached ones, logits for every
-row. The layouts take turns within each repeat, so that a change in the machine's load hits all of
-them; the median counts. The cost of a row beyond the first, as a share of the one-row forward, is
-what a draft node costs to verify (TreeBudget.node_cost).
+found them faster: the default where the kernel does not build), and dense only (torch.mm). The panel
+model is timed a second time with torch's SDPA attending the rows instead of the own row attention
+kernel (kernels/tree_attention.py), which every other variant uses. Each forward is a verify step's:
+`rows` new tokens (a chain) after `context` cached ones, logits for every row. The variants take turns
+within each repeat, so that a change in the machine's load hits all of them; the median counts. The
+cost of a row beyond the first, as a share of the one-row forward, is what a draft node costs to
+verify (TreeBudget.node_cost).
 """
 
 from __future__ import annotations
@@ -32,6 +34,13 @@ LAYOUTS = {
     "panels": LoadOptions(),
     "library": LoadOptions(panel_weights=False),
     "dense": LoadOptions(pack_weights=False),
+}
+# Each timed variant: (weight layout, the own row attention kernel or SDPA for the forward's rows).
+VARIANTS = {
+    "panels": ("panels", True),
+    "sdpa": ("panels", False),
+    "library": ("library", True),
+    "dense": ("dense", True),
 }
 BLOCK = 16
 
@@ -69,14 +78,15 @@ def run(ns: argparse.Namespace) -> int:
 
 def bench_layout(args: LayoutBenchArgs) -> dict[str, Any]:
     models = {name: load_model(args.model, options) for name, options in LAYOUTS.items()}
-    kinds = {name: _layout_kind(model) for name, model in models.items()}
+    kinds = {name: _layout_kind(models[layout]) for name, (layout, _) in VARIANTS.items()}
     caches = {name: _cache(model, args.context + max(args.rows)) for name, model in models.items()}
-    backend = TorchAttentionBackend(next(iter(models.values())).config.sliding_window)
-    times: dict[str, dict[int, list[float]]] = {name: {r: [] for r in args.rows} for name in models}
+    window = next(iter(models.values())).config.sliding_window
+    backends = {name: TorchAttentionBackend(window, row_kernel) for name, (_, row_kernel) in VARIANTS.items()}
+    times: dict[str, dict[int, list[float]]] = {name: {r: [] for r in args.rows} for name in VARIANTS}
     for repeat in range(args.repeats + 1):
         for rows in args.rows:
-            for name, model in models.items():
-                t = time_forward(model, backend, caches[name], args.context, rows)
+            for name, (layout, _) in VARIANTS.items():
+                t = time_forward(models[layout], backends[name], caches[layout], args.context, rows)
                 if repeat > 0:  # the first round warms up
                     times[name][rows].append(t)
     ms = {
@@ -133,6 +143,7 @@ def render(p: dict[str, Any]) -> str:
         [
             format_table(header, body),
             "",
-            f"a forward of N rows after {p['setup']['context']} cached tokens; layer weights as {layouts}",
+            f"a forward of N rows after {p['setup']['context']} cached tokens; layer weights as {layouts};"
+            " attention of the rows by the own row kernel, except sdpa: torch's SDPA",
         ]
     )

@@ -14,29 +14,21 @@ Each output element is one FMA chain over the input in order, whatever the row c
 result does not depend on the rows beside it: a verify step's logits for a token equal a decode
 step's bit for bit.
 
-The kernel is built once per machine with torch's C++ extension loader (a C++ compiler and ninja are
-needed; `-march=native`), into torch's extension cache under a name keyed by the source, the flags,
-the CPU and torch's version. Where it cannot be built, `panel_gemm()` returns None and the loader
-keeps its other layouts. The reference is `x @ dense`.
+The kernel is built once per machine (kernels/cpu_extension.py). Where it cannot be built,
+`panel_gemm()` returns None and the loader keeps its other layouts. The reference is `x @ dense`.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import logging
-import platform
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
-log = logging.getLogger(__name__)
+from treespec.kernels.cpu_extension import load_cpu_extension, on_x86
 
 PANEL = 32  # columns per panel (kPanel in the source)
-SOURCE = Path(__file__).parent / "cpu" / "panel_gemm.cpp"
-CFLAGS = ("-O3", "-march=native", "-fopenmp")
 
 
 @dataclass(frozen=True)
@@ -89,44 +81,12 @@ def reference_linear(x: torch.Tensor, weight: PanelWeight) -> torch.Tensor:
 
 
 def applies(device: torch.device, dtype: torch.dtype) -> bool:
-    return device.type == "cpu" and dtype == torch.float32 and platform.machine() in ("x86_64", "AMD64")
+    return device.type == "cpu" and dtype == torch.float32 and on_x86()
 
 
 @functools.lru_cache(maxsize=1)
 def panel_gemm() -> PanelGemm | None:
     """The kernel, built on first use (seconds; then loaded from torch's extension cache), or None
     where it cannot be built (no compiler or ninja, another architecture)."""
-    if platform.machine() not in ("x86_64", "AMD64"):
-        return None
-    try:
-        from torch.utils import cpp_extension
-
-        module = cpp_extension.load(
-            name=f"treespec_panel_gemm_{_build_key()}",
-            sources=[str(SOURCE)],
-            extra_cflags=list(CFLAGS),
-            verbose=False,
-        )
-        return PanelGemm(module)
-    except Exception as exc:  # the layouts before it still work
-        log.warning("panel matmul kernel unavailable (%r); using the library matmuls", exc)
-        return None
-
-
-def _build_key() -> str:
-    """The source, the flags, this CPU (the build uses -march=native) and torch's version."""
-    digest = hashlib.sha256(SOURCE.read_bytes())
-    for part in (*CFLAGS, _cpu_signature(), torch.__version__):
-        digest.update(part.encode())
-    return digest.hexdigest()[:16]
-
-
-def _cpu_signature() -> str:
-    """The first processor's model name and flags from /proc/cpuinfo (the machine name elsewhere)."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return platform.processor() or platform.machine()
-    keys = ("model name", "flags")
-    picked = [line for line in lines if line.split(":")[0].strip() in keys]
-    return "\n".join(picked[: len(keys)])
+    module = load_cpu_extension("panel_gemm")
+    return None if module is None else PanelGemm(module)

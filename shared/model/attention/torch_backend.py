@@ -1,7 +1,10 @@
-"""Reference attention on any device: gather each request's K/V, dense masks, torch SDPA.
+"""Attention on any device: gather each request's K/V, dense masks, torch SDPA.
 
 Sequences are attended in groups of similar query and key lengths (powers of two), one SDPA call
 per group, so that a long prefill chunk in a batch of decodes does not pad every decode to its length.
+On a CPU in float32, groups of decode tokens and draft trees (at most MAX_ROWS new rows a sequence)
+go to the own row kernel instead (kernels/tree_attention.py), which reads K/V where they lie in the
+pool; prefill chunks, and whatever the kernel does not take, stay with SDPA.
 """
 
 from __future__ import annotations
@@ -12,6 +15,13 @@ from itertools import accumulate
 import torch
 import torch.nn.functional as F
 
+from treespec.kernels.tree_attention import (
+    MAX_ROWS,
+    RowAttentionPlan,
+    RowSequence,
+    TreeAttention,
+    tree_attention,
+)
 from treespec.kernels.tree_mask import ancestor_mask
 from treespec.shared.model.attention.backend import AttentionBackend
 from treespec.shared.model.attention.layout import BatchLayout, SequenceLayout
@@ -28,6 +38,7 @@ class GroupPlan:
     q_rows: torch.Tensor | None  # [B, max_q] forward row of each padded query (None: one sequence)
     out_rows: torch.Tensor | None  # [n] padded flat row holding each of the group's token outputs
     kv_range: tuple[int, int] | None = None  # one sequence whose slots are one run: a view, no gather
+    rows: RowAttentionPlan | None = None  # the row kernel's inputs, where it may take the group
 
 
 @dataclass(frozen=True)
@@ -37,8 +48,10 @@ class TorchAttentionPlan:
 
 
 class TorchAttentionBackend(AttentionBackend):
-    def __init__(self, sliding_window: int | None = None) -> None:
+    def __init__(self, sliding_window: int | None = None, row_kernel: bool = True) -> None:
+        """`row_kernel`: send decode and tree rows on a CPU to the own kernel where it builds."""
         self.sliding_window = sliding_window
+        self.row_kernel = row_kernel
         self._causal: dict[int, torch.Tensor] = {}  # chain length -> lower-triangular mask
 
     def plan(self, layout: BatchLayout, device: torch.device) -> TorchAttentionPlan:
@@ -66,21 +79,49 @@ class TorchAttentionBackend(AttentionBackend):
         k_flat.index_copy_(0, plan.write_slots, k)
         v_flat.index_copy_(0, plan.write_slots, v)
         if len(plan.groups) == 1:
-            return _attend_group(plan.groups[0], q, k_flat, v_flat)
+            return self._attend_group(plan.groups[0], q, k_flat, v_flat)
         out = q.new_empty(q.shape[0], q.shape[1] * q.shape[2])
         for group in plan.groups:
-            out[group.token_rows] = _attend_group(group, q, k_flat, v_flat)
+            out[group.token_rows] = self._attend_group(group, q, k_flat, v_flat)
         return out
+
+    def _attend_group(
+        self, group: GroupPlan, q: torch.Tensor, k_flat: torch.Tensor, v_flat: torch.Tensor
+    ) -> torch.Tensor:
+        kernel = self._kernel(q.device)
+        if group.rows is not None and kernel is not None and kernel.fits(q, k_flat, group.rows):
+            return kernel.attend(q, k_flat, v_flat, group.rows)
+        return _sdpa_group(group, q, k_flat, v_flat)
+
+    def _kernel(self, device: torch.device) -> TreeAttention | None:
+        return tree_attention() if self.row_kernel and device.type == "cpu" else None
+
+    def _rows_plan(
+        self, seqs: list[SequenceLayout], starts: list[int], masks: list[torch.Tensor], device: torch.device
+    ) -> RowAttentionPlan | None:
+        """The row kernel's inputs for a group of decodes and trees on a CPU; None where SDPA attends."""
+        if max(s.num_new for s in seqs) > MAX_ROWS or self._kernel(device) is None:
+            return None
+        window = self.sliding_window
+        if window is not None and max(s.kv_len for s in seqs) > window:
+            return None
+        return RowAttentionPlan.of(
+            [
+                RowSequence(start, s.cached_len, s.kv_slots, m[:, s.cached_len :].contiguous())
+                for s, start, m in zip(seqs, starts, masks, strict=True)
+            ]
+        )
 
     def _group_plan(self, seqs: list[SequenceLayout], starts: list[int], device: torch.device) -> GroupPlan:
         """`starts`: each sequence's first row among the forward's tokens."""
         masks = [self._sequence_mask(s) for s in seqs]
+        kernel_rows = self._rows_plan(seqs, starts, masks, device)
         if len(seqs) == 1:
             only = masks[0]
             mask = None if bool(only.all()) else only[None, None].to(device)
             slots = seqs[0].kv_slots
             rows = slice(starts[0], starts[0] + seqs[0].num_new)
-            return GroupPlan(rows, slots[None].to(device), mask, None, None, _as_range(slots))
+            return GroupPlan(rows, slots[None].to(device), mask, None, None, _as_range(slots), kernel_rows)
         max_q = max(s.num_new for s in seqs)
         max_kv = max(s.kv_len for s in seqs)
         kv_index = torch.zeros(len(seqs), max_kv, dtype=torch.long)
@@ -98,7 +139,7 @@ class TorchAttentionBackend(AttentionBackend):
         token_rows = q_rows[valid].to(device)
         out_rows = valid.flatten().nonzero().squeeze(1).to(device)
         mask = None if bool(mask_pad.all()) else mask_pad.to(device)
-        return GroupPlan(token_rows, kv_index.to(device), mask, q_rows.to(device), out_rows)
+        return GroupPlan(token_rows, kv_index.to(device), mask, q_rows.to(device), out_rows, rows=kernel_rows)
 
     def _causal_mask(self, n: int) -> torch.Tensor:
         mask = self._causal.get(n)
@@ -120,7 +161,7 @@ class TorchAttentionBackend(AttentionBackend):
         return mask
 
 
-def _attend_group(
+def _sdpa_group(
     group: GroupPlan, q: torch.Tensor, k_flat: torch.Tensor, v_flat: torch.Tensor
 ) -> torch.Tensor:
     """q: [T, heads, head_dim], the whole forward's -> [n, heads * head_dim] for the group's tokens."""

@@ -1,0 +1,141 @@
+"""The row attention kernel against SDPA (its reference), its row independence, what it refuses, and
+the attention backend's use of it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from treespec.kernels.tree_attention import (
+    MAX_QUERIES,
+    RowAttentionPlan,
+    RowSequence,
+    TreeAttention,
+    reference_attend,
+    tree_attention,
+)
+from treespec.kernels.tree_mask import ancestor_mask, tree_depths
+from treespec.shared.model.attention.layout import BatchLayout, SequenceLayout
+from treespec.shared.model.attention.torch_backend import TorchAttentionBackend
+from treespec.shared.model.kv_cache import KVCache
+
+SLOTS = 2048
+
+
+@pytest.fixture(scope="module")
+def kernel() -> TreeAttention:
+    built = tree_attention()
+    assert built is not None, "the row attention kernel did not build (a C++ compiler and ninja are needed)"
+    return built
+
+
+def _pools(kv_heads: int, head_dim: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(SLOTS, kv_heads, head_dim, generator=g), torch.randn(
+        SLOTS, kv_heads, head_dim, generator=g
+    )
+
+
+def _sequence(row_start: int, cached: int, parents: list[int], slots: torch.Tensor) -> RowSequence:
+    mask = ancestor_mask(torch.tensor(parents)) if len(parents) > 1 else torch.ones(1, 1, dtype=torch.bool)
+    return RowSequence(row_start, cached, slots[: cached + len(parents)], mask)
+
+
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "head_dim"),
+    [(9, 3, 64), (4, 4, 128), (8, 2, 256), (8, 1, 64), (4, 2, 16), (2, 1, 32)],
+)
+@pytest.mark.parametrize("cached", [0, 1, 255, 256, 700])
+@pytest.mark.parametrize("parents", [[-1], [-1, 0, 1, 2], [-1, 0, 0, 1, 1, 2, 4, 6], list(range(-1, 15))])
+def test_it_attends_as_sdpa_with_the_mask(
+    kernel: TreeAttention, heads: int, kv_heads: int, head_dim: int, cached: int, parents: list[int]
+) -> None:
+    k, v = _pools(kv_heads, head_dim, cached + len(parents))
+    g = torch.Generator().manual_seed(len(parents))
+    slots = torch.randperm(SLOTS, generator=g)  # scattered slots, as a fragmented pool gives
+    q = torch.randn(len(parents) + 3, heads, head_dim, generator=g)
+    seqs = [_sequence(2, cached, parents, slots)]
+    plan = RowAttentionPlan.of(seqs)
+    assert kernel.fits(q, k, plan)
+    got = kernel.attend(q, k, v, plan)
+    assert got.shape == (len(parents), heads * head_dim)
+    torch.testing.assert_close(got, reference_attend(q, k, v, seqs), rtol=1e-5, atol=2e-6)
+
+
+def test_a_batch_of_sequences_attends_each_over_its_own_keys(kernel: TreeAttention) -> None:
+    k, v = _pools(3, 64, 7)
+    slots = torch.randperm(SLOTS, generator=torch.Generator().manual_seed(7))
+    q = torch.randn(12, 9, 64)
+    seqs = [
+        _sequence(0, 40, [-1], slots[:100]),
+        _sequence(1, 600, [-1, 0, 0, 2, 3], slots[100:800]),
+        _sequence(6, 0, [-1], slots[800:]),
+        _sequence(7, 300, [-1, 0, 1, 2, 3], slots[900:]),
+    ]
+    got = kernel.attend(q, k, v, RowAttentionPlan.of(seqs))
+    torch.testing.assert_close(got, reference_attend(q, k, v, seqs), rtol=1e-5, atol=2e-6)
+
+
+def test_a_chain_row_equals_the_decode_row_bit_for_bit(kernel: TreeAttention) -> None:
+    """Row i of a verified chain after `cached` tokens is the decode row after cached + i tokens."""
+    k, v = _pools(3, 64, 11)
+    slots = torch.arange(SLOTS)
+    q = torch.randn(10, 9, 64)
+    cached = 250  # the chain straddles a chunk boundary (256 keys)
+    chain = kernel.attend(q, k, v, RowAttentionPlan.of([_sequence(0, cached, list(range(-1, 9)), slots)]))
+    for i in range(10):
+        alone = kernel.attend(q, k, v, RowAttentionPlan.of([_sequence(i, cached + i, [-1], slots)]))
+        assert torch.equal(alone, chain[i : i + 1])
+
+
+def test_a_rows_result_does_not_depend_on_the_other_rows(kernel: TreeAttention) -> None:
+    """More nodes appended to a tree (siblings, other branches) leave the earlier rows bit for bit."""
+    k, v = _pools(3, 64, 12)
+    slots = torch.arange(SLOTS)
+    q = torch.randn(12, 9, 64)
+    small = [-1, 0, 1, 0]
+    large = [*small, 3, 0, 1, 5, 6, 6]
+    a = kernel.attend(q, k, v, RowAttentionPlan.of([_sequence(0, 500, small, slots)]))
+    b = kernel.attend(q, k, v, RowAttentionPlan.of([_sequence(0, 500, large, slots)]))
+    assert torch.equal(a, b[: len(small)])
+
+
+def test_it_refuses_what_it_does_not_take(kernel: TreeAttention) -> None:
+    k, v = _pools(3, 64, 13)
+    slots = torch.arange(SLOTS)
+    rows = MAX_QUERIES // 3 + 1  # x 3 query heads per KV head: too many queries
+    plan = RowAttentionPlan.of([_sequence(0, 10, list(range(-1, rows - 1)), slots)])
+    assert not kernel.fits(torch.randn(rows, 9, 64), k, plan)
+    small = RowAttentionPlan.of([_sequence(0, 10, [-1], slots)])
+    assert not kernel.fits(torch.randn(1, 9, 64, dtype=torch.float64), k.double(), small)
+    assert not kernel.fits(torch.randn(1, 3, 48), torch.randn(SLOTS, 3, 48), small)  # head_dim 48
+    outside = RowSequence(0, 10, torch.tensor([*range(10), SLOTS + 5]), torch.ones(1, 1, dtype=torch.bool))
+    with pytest.raises(RuntimeError, match="slot out of range"):
+        kernel.attend(torch.randn(1, 9, 64), k, v, RowAttentionPlan.of([outside]))
+    with pytest.raises(RuntimeError, match="rows out of range"):
+        kernel.attend(torch.randn(1, 9, 64), k, v, RowAttentionPlan.of([_sequence(1, 10, [-1], slots)]))
+
+
+def test_the_backend_sends_decodes_and_trees_to_the_kernel_and_prefills_to_sdpa(
+    kernel: TreeAttention,
+) -> None:
+    k_pool, v_pool = _pools(3, 64, 14)
+    cache = KVCache(k_pool.view(1, SLOTS // 16, 16, 3, 64), v_pool.view(1, SLOTS // 16, 16, 3, 64), 16)
+    with_kernel, sdpa = TorchAttentionBackend(), TorchAttentionBackend(row_kernel=False)
+    parents = torch.tensor([-1, 0, 0, 1, 3])
+    tree = SequenceLayout(40, torch.arange(45), 40 + tree_depths(parents), parents)
+    decode = SequenceLayout(10, torch.arange(500, 511), torch.tensor([10]))
+    prefill = SequenceLayout(0, torch.arange(600, 700), torch.arange(100))
+    layout = BatchLayout([tree, decode, prefill])
+    plan = with_kernel.plan(layout, torch.device("cpu"))
+    # Three groups (by query and key length): the tree and the decode to the kernel, the prefill to SDPA.
+    assert sorted(group.rows is not None for group in plan.groups) == [False, True, True]
+    sdpa_plan = sdpa.plan(layout, torch.device("cpu"))
+    assert all(group.rows is None for group in sdpa_plan.groups)
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(layout.num_tokens, 9, 64, generator=g)
+    k = torch.randn(layout.num_tokens, 3, 64, generator=g)
+    v = torch.randn(layout.num_tokens, 3, 64, generator=g)
+    got = with_kernel.attend(plan, 0, q, k, v, cache)
+    want = sdpa.attend(sdpa_plan, 0, q, k, v, cache)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-6)
