@@ -68,7 +68,16 @@ class ColocationServer:
         return self._ring
 
     def start(self) -> ColocationServer:
+        """Bind the socket and move the target's embedding and head into shared memory here, in the
+        calling thread (the copies are parallel torch operations, and one thread should do all of a
+        process's: see VerifierServer.prepare); then answer drafters in the background. Raises
+        SharedTensorError when sharing fails."""
         self._listener = _bind(self.path)
+        try:
+            self._export_target()
+        except BaseException:
+            self.close()
+            raise
         self._thread.start()
         log.info("co-location socket at %s", self.path)
         return self
@@ -100,16 +109,21 @@ class ColocationServer:
         """Export what the request needs (once) and say where it lies. Raises ValueError for a spec
         this target cannot publish, ColocationError or SharedTensorError when sharing fails."""
         c = self.model.config
+        target = self._export_target()
         with self._lock:
-            if self._target is None:
-                self._target = share_target(self.model)
             ring = None if request.spec is None else self._ring_for(request.spec, request.capacity).handle
-            target = self._target
         return HandshakeReply(
             c.num_layers, c.hidden_size, c.vocab_size, target.embed, target.lm_head, c.step_weights, ring
         )
 
     # ---- internals ---------------------------------------------------------------------------------
+
+    def _export_target(self) -> SharedTarget:
+        """The model's embedding and head in shared memory (moved there once)."""
+        with self._lock:
+            if self._target is None:
+                self._target = share_target(self.model)
+            return self._target
 
     def _ring_for(self, spec: FeatureSpec, capacity: int) -> SharedTensor:
         _check_spec(spec, self.model)

@@ -29,6 +29,8 @@ class RecordingDrafter(Drafter):
         self.answering.set()
         self._calls: list[Call] = []
         self._lock = threading.Lock()
+        self.made_on = threading.get_ident()
+        self.called_on: set[int] = set()  # the threads its calls ran on
 
     def open(
         self, request_id: str, prompt: Sequence[int], trace_context: Mapping[str, str] | None = None
@@ -67,3 +69,4 @@ class RecordingDrafter(Drafter):
     def _record(self, call: Call) -> None:
         with self._lock:
             self._calls.append(call)
+            self.called_on.add(threading.get_ident())

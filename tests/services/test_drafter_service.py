@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -38,7 +39,9 @@ BUDGET = TreeBudget(num_draft_tokens=8, num_steps=5, topk=4)
 
 
 @contextmanager
-def serving(plugin: RecordingDrafter, port: int = 0, **kw: Any) -> Iterator[tuple[DrafterServer, str]]:
+def serving(
+    plugin: RecordingDrafter | Callable[[], RecordingDrafter], port: int = 0, **kw: Any
+) -> Iterator[tuple[DrafterServer, str]]:
     server = DrafterServer(plugin, "random", port=port, **kw)
     bound = server.start()
     try:
@@ -278,6 +281,25 @@ class RawStream:
         reply: drafter_pb2.DraftReply = next(self.call)
         assert reply.round == round_
         return reply
+
+
+def test_a_plugin_made_by_the_server_is_made_and_called_on_one_thread() -> None:
+    """All of a drafter process's torch work on one thread (DrafterServicer.build): each thread that
+    runs torch's parallel operations keeps an OpenMP team, and more teams than cores slow them all."""
+    made: list[RecordingDrafter] = []
+
+    def make() -> RecordingDrafter:
+        made.append(RecordingDrafter(VOCAB))
+        return made[-1]
+
+    with serving(make) as (_, address), grpc.insecure_channel(address) as channel:
+        stream = RawStream(channel)
+        stream.open("a", [4, 5, 6])
+        (reply,) = stream.propose(1, "a").results
+        assert reply.HasField("tree")
+    (plugin,) = made
+    assert plugin.made_on != threading.get_ident()
+    assert plugin.called_on == {plugin.made_on}
 
 
 def test_unknown_request_and_plugin_failure_are_reported_per_result() -> None:

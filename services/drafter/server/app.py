@@ -7,6 +7,7 @@ import asyncio
 import logging
 import signal
 import threading
+from collections.abc import Callable
 
 from opentelemetry import trace
 
@@ -37,13 +38,17 @@ class DrafterServer:
 
     def __init__(
         self,
-        plugin: Drafter,
+        plugin: Drafter | Callable[[], Drafter],
         kind: str,
         host: str = "127.0.0.1",
         port: int = 0,
         tracer: trace.Tracer | None = None,
     ) -> None:
-        self.servicer = DrafterServicer(plugin, kind, tracer)
+        """`plugin`, or a function that makes it on the plugin's thread (DrafterServicer.build)."""
+        if isinstance(plugin, Drafter):
+            self.servicer = DrafterServicer(plugin, kind, tracer)
+        else:
+            self.servicer = DrafterServicer.build(plugin, kind, tracer)
         self._address = join_host_port(host, port)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="drafter-server", daemon=True)
@@ -92,9 +97,9 @@ def serve(config: DrafterServerConfig) -> int:
 
     Raises UnknownDrafterError (a ValueError), or TypeError for options the plugin does not take.
     """
-    plugin = create_drafter(config.kind, config.context)
     install_tracer_provider(build_tracer_provider("treespec-drafter"))
-    asyncio.run(_serve_until_signal(DrafterServicer(plugin, config.kind), config))
+    servicer = DrafterServicer.build(lambda: create_drafter(config.kind, config.context), config.kind)
+    asyncio.run(_serve_until_signal(servicer, config))
     return 0
 
 

@@ -30,11 +30,33 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
     they run off the event loop, on one worker thread for all streams: plugins need not be
     thread-safe, and a stream awaits each call before reading its next message."""
 
-    def __init__(self, plugin: Drafter, kind: str, tracer: trace.Tracer | None = None) -> None:
+    def __init__(
+        self,
+        plugin: Drafter,
+        kind: str,
+        tracer: trace.Tracer | None = None,
+        executor: ThreadPoolExecutor | None = None,
+    ) -> None:
         self._plugin = plugin
         self._spans = RequestSpans(tracer or trace.get_tracer(TRACER_NAME), kind)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drafter-plugin")
+        self._executor = executor or _plugin_thread()
         self._stream_ids = itertools.count(1)
+
+    @classmethod
+    def build(
+        cls, make_plugin: Callable[[], Drafter], kind: str, tracer: trace.Tracer | None = None
+    ) -> DrafterServicer:
+        """A servicer whose plugin is made on the thread that will run it, so that one thread of the
+        process does all its torch work: every thread that runs torch's parallel operations keeps an
+        OpenMP thread team of its own, and with more such threads than cores libgomp throttles its
+        spin-waits, which slows every product (see VerifierServer.prepare)."""
+        executor = _plugin_thread()
+        try:
+            plugin = executor.submit(make_plugin).result()
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        return cls(plugin, kind, tracer, executor)
 
     async def Draft(
         self, request_iterator: AsyncIterator[drafter_pb2.DraftRequest], context: grpc.aio.ServicerContext
@@ -84,6 +106,10 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
             self._executor.submit(fn)
         except RuntimeError:  # shut down already: the process is exiting
             log.debug("plugin thread gone; skipping stream clean-up")
+
+
+def _plugin_thread() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="drafter-plugin")
 
 
 def _features(message: drafter_pb2.AdvanceDraft) -> FeatureSlots | None:

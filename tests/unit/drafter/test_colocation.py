@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import socket
 import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,10 +23,12 @@ from treespec.shared.cli import drafter as drafter_cli
 from treespec.shared.cli.main import build_parser
 from treespec.shared.cli.serve import ServeConfig, services
 from treespec.shared.cli.verifier import colocation_problem
+from treespec.shared.drafting import colocation
 from treespec.shared.drafting.colocated_access import ColocatedTargetAccess
 from treespec.shared.drafting.colocation import ColocationServer
 from treespec.shared.drafting.colocation_wire import ColocationError, HandshakeRequest, socket_path
 from treespec.shared.drafting.features import FeatureSpec
+from treespec.shared.drafting.shared_target import SharedTarget, share_target
 from treespec.shared.drafting.shared_tensor import SHM_DIR
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.dual_layout import HeadWeight
@@ -76,6 +79,25 @@ def test_drafter_gets_the_targets_tensors_and_the_verifier_keeps_one_copy(
     tensors.embed[5, 0] = 123.0  # the verifier's embedding now is the shared one
     assert float(model.weights.embed[5, 0]) == 123.0
     assert server.feature_ring is None  # nobody asked for features yet
+
+
+def test_the_target_is_exported_as_the_server_starts_in_the_starting_thread(
+    model: CausalLM, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copies into shared memory are parallel torch operations: made by the thread that starts the
+    server (the verifier's engine thread), not the server's own, which would keep a second OpenMP
+    team and slow the engine's products (VerifierServer.prepare)."""
+    exports: list[int] = []
+
+    def recorded(target: CausalLM) -> SharedTarget:
+        exports.append(threading.get_ident())
+        return share_target(target)
+
+    monkeypatch.setattr(colocation, "share_target", recorded)
+    with ColocationServer(tmp_path / "s.sock", model) as server:
+        assert exports == [threading.get_ident()]
+        ColocatedTargetAccess(server.path).tensors()  # a drafter attaches through the socket
+    assert exports == [threading.get_ident()]
 
 
 @pytest.mark.parametrize("layout", ["panels", "onednn", "dense"])
