@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -21,6 +22,7 @@ from treespec.shared.cli.verifier import add_prefix_caching_argument
 from treespec.shared.launcher.health import grpc_serving, http_ok
 from treespec.shared.launcher.ports import free_port
 from treespec.shared.launcher.process import ServiceProcess
+from treespec.shared.launcher.shared_cores import shared_core_env
 from treespec.shared.launcher.supervisor import Supervisor
 from treespec.shared.model.store import models_dir, resolve_model_path
 
@@ -196,6 +198,9 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
         verifier += ["--disable-prefix-caching"]
     verifier_process = ServiceProcess("verifier", verifier, lambda: grpc_serving(verifier_address))
     out.insert(0 if c.colocated else len(out), verifier_process)  # a co-located drafter needs its socket
+    if c.colocated:  # the two take turns on the same cores
+        for process in out:
+            process.env.update(shared_core_env(os.environ))
     gateway = [
         "gateway",
         *model,

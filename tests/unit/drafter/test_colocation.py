@@ -30,6 +30,7 @@ from treespec.shared.drafting.colocation_wire import ColocationError, HandshakeR
 from treespec.shared.drafting.features import FeatureSpec
 from treespec.shared.drafting.shared_target import SharedTarget, share_target
 from treespec.shared.drafting.shared_tensor import SHM_DIR
+from treespec.shared.launcher.shared_cores import SPIN_COUNT
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.dual_layout import HeadWeight
 from treespec.shared.model.loader import LoadOptions, load_model
@@ -290,9 +291,21 @@ def test_serve_colocates_eagle_drafters_through_a_private_socket(tiny_path: Path
     verifier, drafter = processes[0].argv, processes[1].argv
     assert verifier[verifier.index("--colocation-socket") + 1] == str(sock)
     assert drafter[drafter.index("--colocate") + 1] == str(sock)
+    # the two take turns on the same cores: short OpenMP spin-waits in both (shared_cores.py)
+    assert processes[0].env == processes[1].env == {"GOMP_SPINCOUNT": str(SPIN_COUNT)}
 
     plain = ServeConfig.on_free_ports(tiny_path, "NGRAM")
     assert plain.colocation_socket is None
     processes = services(plain)
     assert [p.name for p in processes] == ["drafter", "verifier", "gateway"]
     assert not any("--colocate" in p.argv or "--colocation-socket" in p.argv for p in processes)
+    assert not any(p.env for p in processes)
+
+
+@pytest.mark.parametrize("variable", ["GOMP_SPINCOUNT", "OMP_WAIT_POLICY"])
+def test_serve_keeps_the_users_openmp_wait_setting(
+    tiny_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    monkeypatch.setenv(variable, "1000" if variable == "GOMP_SPINCOUNT" else "active")
+    processes = services(ServeConfig.on_free_ports(tiny_path, "EAGLE3"))
+    assert not any(p.env for p in processes)  # theirs is inherited as it is

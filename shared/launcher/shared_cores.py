@@ -1,0 +1,26 @@
+"""OpenMP settings for processes that take turns on the same CPU cores (a verifier and its co-located
+drafter process on a CPU).
+
+After each parallel region, libgomp's worker threads spin before they sleep: by default up to 300,000
+pause instructions, several milliseconds on recent CPUs. Within a forward the next region comes within
+microseconds, so the spinning pays; but a verifier that has finished its forward and waits for its
+co-located drafter keeps a core spinning while the drafter's threads need it, and the drafter's workers
+do the same to the verifier's next forward. Measured on 2 cores with SmolLM2-135M and the shipped
+EAGLE-3 head: the co-located drafter ran at 0.82x the in-process one with the default, 0.92x with
+30,000 spins in both processes, while 3,000 slowed every forward (README, EAGLE drafting).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+SPIN_COUNT = 30_000
+OPENMP_WAIT_VARIABLES = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")
+
+
+def shared_core_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """What to add to a co-located process's environment: a shorter spin, unless `environ` (the
+    user's) already says how OpenMP threads should wait."""
+    if any(name in environ for name in OPENMP_WAIT_VARIABLES):
+        return {}
+    return {"GOMP_SPINCOUNT": str(SPIN_COUNT)}
