@@ -5,9 +5,10 @@ After each parallel region, libgomp's worker threads spin before they sleep: by 
 pause instructions, several milliseconds on recent CPUs. Within a forward the next region comes within
 microseconds, so the spinning pays; but a verifier that has finished its forward and waits for its
 co-located drafter keeps a core spinning while the drafter's threads need it, and the drafter's workers
-do the same to the verifier's next forward. Measured on 2 cores with SmolLM2-135M and the shipped
-EAGLE-3 head: the co-located drafter ran at 0.82x the in-process one with the default, 0.92x with
-30,000 spins in both processes, while 3,000 slowed every forward (README, EAGLE drafting).
+do the same to the verifier's next forward. On 2 cores with SmolLM2-135M and the shipped EAGLE-3 head,
+a scratch script over 4 bench prompts measured the co-located drafter at 0.82x the in-process one with
+the default and 0.92x with 30,000 spins in both processes, while 3,000 slowed every forward;
+`treespec bench eagle` gave 0.83x and 0.93x (README, EAGLE drafting).
 """
 
 from __future__ import annotations
