@@ -45,10 +45,8 @@ class DrafterServer:
         tracer: trace.Tracer | None = None,
     ) -> None:
         """`plugin`, or a function that makes it on the plugin's thread (DrafterServicer.build)."""
-        if isinstance(plugin, Drafter):
-            self.servicer = DrafterServicer(plugin, kind, tracer)
-        else:
-            self.servicer = DrafterServicer.build(plugin, kind, tracer)
+        make = (lambda: plugin) if isinstance(plugin, Drafter) else plugin
+        self.servicer = DrafterServicer.build(make, kind, tracer)
         self._address = join_host_port(host, port)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="drafter-server", daemon=True)

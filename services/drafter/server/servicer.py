@@ -31,15 +31,12 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
     thread-safe, and a stream awaits each call before reading its next message."""
 
     def __init__(
-        self,
-        plugin: Drafter,
-        kind: str,
-        tracer: trace.Tracer | None = None,
-        executor: ThreadPoolExecutor | None = None,
+        self, plugin: Drafter, kind: str, tracer: trace.Tracer | None, executor: ThreadPoolExecutor
     ) -> None:
+        """Use `build`: `executor` is the plugin's one thread, which made it."""
         self._plugin = plugin
         self._spans = RequestSpans(tracer or trace.get_tracer(TRACER_NAME), kind)
-        self._executor = executor or _plugin_thread()
+        self._executor = executor
         self._stream_ids = itertools.count(1)
 
     @classmethod
@@ -50,7 +47,7 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
         process does all its torch work: every thread that runs torch's parallel operations keeps an
         OpenMP thread team of its own, and with more such threads than cores libgomp throttles its
         spin-waits, which slows every product (see VerifierServer.prepare)."""
-        executor = _plugin_thread()
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drafter-plugin")
         try:
             plugin = executor.submit(make_plugin).result()
         except BaseException:
@@ -106,10 +103,6 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
             self._executor.submit(fn)
         except RuntimeError:  # shut down already: the process is exiting
             log.debug("plugin thread gone; skipping stream clean-up")
-
-
-def _plugin_thread() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="drafter-plugin")
 
 
 def _features(message: drafter_pb2.AdvanceDraft) -> FeatureSlots | None:
