@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
 
 from treespec.shared.cli import bench, drafter, gateway, models, serve, train_eagle, verifier
+from treespec.shared.launcher.parent_watch import watch_parent
 from treespec.shared.launcher.supervisor import ServiceFailedError
 from treespec.shared.model.errors import ModelLoadError
 from treespec.shared.model.store import ModelStoreError
@@ -45,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line `argv` (default: sys.argv[1:]); return the exit status."""
     args = build_parser().parse_args(argv)
+    watch_parent(os.environ)  # a service started by a launcher stops when the launcher dies
     try:
         return int(args.handler(args))
     except EXPECTED_ERRORS as exc:

@@ -23,6 +23,7 @@ from treespec.shared.cli.ngram_flags import option_arguments
 from treespec.shared.drafting.colocation import ColocationServer
 from treespec.shared.drafting.drafter import Drafter
 from treespec.shared.launcher.health import grpc_serving
+from treespec.shared.launcher.parent_watch import child_env
 from treespec.shared.launcher.ports import free_port
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.verifier.remote_drafter import RemoteDrafter
@@ -120,7 +121,7 @@ def _start_process(
     with log.open("wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "treespec.shared.cli.main", *argv],
-            env={**os.environ, **env},
+            env={**os.environ, **env, **child_env()},
             stdout=out,
             stderr=subprocess.STDOUT,
         )

@@ -9,6 +9,8 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from treespec.shared.launcher.parent_watch import child_env
+
 
 @dataclass
 class ServiceProcess:
@@ -24,7 +26,9 @@ class ServiceProcess:
     def start(self) -> None:
         command = [sys.executable, "-m", "treespec.shared.cli.main", *self.argv]
         # Its own process group: Ctrl-C reaches the launcher, which stops the children in order.
-        self.popen = subprocess.Popen(command, env={**os.environ, **self.env}, start_new_session=True)
+        self.popen = subprocess.Popen(
+            command, env={**os.environ, **self.env, **child_env()}, start_new_session=True
+        )
 
     @property
     def exit_code(self) -> int | None:
