@@ -1,11 +1,14 @@
 """Token trees as parent arrays: depths, the ancestor (attention) mask, and validation.
 
 A tree of n nodes is `parents: LongTensor[n]` with parents[0] == -1 (the root) and
-0 <= parents[i] < i for i > 0, so parents come before children. Everything here is vectorised with
-pointer jumping: the Python loops run O(log max_depth) times, never once per node.
+0 <= parents[i] < i for i > 0, so parents come before children. Depths and masks are vectorised with
+pointer jumping: their Python loops run O(log max_depth) times, never once per node. Validation
+walks the parent array in Python (see validate_tree).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -73,18 +76,18 @@ def validate_tree(
     its parent; the root's entry is ignored) or None. Depth counts edges below the root, so a root
     with one chain of k drafted tokens has depth k.
     Checked in an order where each check may rely on the earlier ones (depths need valid parents).
+    The verifier runs this on every tree every step, and trees are small (tens of nodes): the checks
+    read each tensor once into a Python list and walk it, which costs a few microseconds where a
+    dozen tensor operations cost a few hundred.
     """
     reason = _check_shapes(tokens, parents)
     if reason is None:
-        reason = _check_structure(tokens, parents, vocab_size, max_nodes, max_depth, max_children)
+        if parents.shape[0] > max_nodes:
+            return f"{parents.shape[0]} nodes exceed the limit of {max_nodes}"
+        reason = _check_structure(tokens.tolist(), parents.tolist(), vocab_size, max_depth, max_children)
     if reason is None and probs is not None:
         reason = _check_probs(parents, probs)
     return reason
-
-
-def _first(bad: torch.Tensor) -> int:
-    """Index of the first True entry of a BoolTensor[n] (one exists)."""
-    return int(bad.nonzero()[0, 0])
 
 
 def _check_shapes(tokens: torch.Tensor, parents: torch.Tensor) -> str | None:
@@ -100,41 +103,30 @@ def _check_shapes(tokens: torch.Tensor, parents: torch.Tensor) -> str | None:
 
 
 def _check_structure(
-    tokens: torch.Tensor,
-    parents: torch.Tensor,
-    vocab_size: int,
-    max_nodes: int,
-    max_depth: int,
-    max_children: int,
+    tokens: list[int], parents: list[int], vocab_size: int, max_depth: int, max_children: int
 ) -> str | None:
-    n = parents.shape[0]
-    if n > max_nodes:
-        return f"{n} nodes exceed the limit of {max_nodes}"
-    if int(parents[0]) != -1:
-        return f"parents[0] must be -1 (the root), got {int(parents[0])}"
-    index = torch.arange(n, device=parents.device)
-    bad_parent = (parents < 0) | (parents >= index)
-    bad_parent[0] = False
-    if bool(bad_parent.any()):
-        i = _first(bad_parent)
-        return f"node {i} has parent {int(parents[i])}; a parent must be an earlier node"
-    bad_token = (tokens < 0) | (tokens >= vocab_size)
-    if bool(bad_token.any()):
-        i = _first(bad_token)
-        return f"node {i} has token {int(tokens[i])} outside the vocabulary [0, {vocab_size})"
-    depth = int(tree_depths(parents).max())
-    if depth > max_depth:
-        return f"depth {depth} exceeds the limit of {max_depth}"
-    if n == 1:
-        return None
-    children = torch.bincount(parents[1:], minlength=n)
-    if int(children.max()) > max_children:
-        i = int(children.argmax())
-        return f"node {i} has {int(children[i])} children, more than the limit of {max_children}"
-    # Siblings share a parent; a (parent, token) key seen twice is a duplicated sibling token, which
+    if parents[0] != -1:
+        return f"parents[0] must be -1 (the root), got {parents[0]}"
+    for i, parent in enumerate(parents[1:], start=1):
+        if not 0 <= parent < i:
+            return f"node {i} has parent {parent}; a parent must be an earlier node"
+    for i, token in enumerate(tokens):
+        if not 0 <= token < vocab_size:
+            return f"node {i} has token {token} outside the vocabulary [0, {vocab_size})"
+    depths = [0] * len(parents)
+    for i, parent in enumerate(parents[1:], start=1):
+        depths[i] = depths[parent] + 1  # parents come first: theirs is known
+    if max(depths) > max_depth:
+        return f"depth {max(depths)} exceeds the limit of {max_depth}"
+    children = [0] * len(parents)
+    for parent in parents[1:]:
+        children[parent] += 1
+    most = max(children)
+    if most > max_children:
+        return f"node {children.index(most)} has {most} children, more than the limit of {max_children}"
+    # Siblings share a parent; a (parent, token) pair seen twice is a duplicated sibling token, which
     # would let one continuation be tried twice and break the acceptance rule's bookkeeping.
-    keys = parents[1:] * vocab_size + tokens[1:]
-    if torch.unique(keys).shape[0] != n - 1:
+    if len(set(zip(parents[1:], tokens[1:], strict=True))) != len(parents) - 1:
         return "two siblings carry the same token"
     return None
 
@@ -146,18 +138,16 @@ def _check_probs(parents: torch.Tensor, probs: torch.Tensor) -> str | None:
     if not probs.is_floating_point():
         return "probs must be a floating-point tensor"
     # The root's entry is ignored: the root is already accepted, nobody drafted it.
-    child = probs[1:].double()
-    if not bool(torch.isfinite(child).all()):
+    child = probs[1:].tolist()
+    if not all(math.isfinite(p) for p in child):
         return "probs contain a non-finite value"
-    if bool(((child < 0) | (child > 1)).any()):
+    if not all(0.0 <= p <= 1.0 for p in child):
         return "probs must lie in [0, 1]"
-    if n == 1:
-        return None
     # The siblings are the drafter's whole proposal distribution at their parent: it must sum to 1.
-    sums = torch.zeros(n, dtype=torch.float64, device=probs.device).index_add_(0, parents[1:], child)
-    has_children = torch.bincount(parents[1:], minlength=n) > 0
-    bad = has_children & ((sums - 1).abs() > PROB_SUM_TOLERANCE)
-    if bool(bad.any()):
-        i = _first(bad)
-        return f"the children of node {i} have draft probabilities summing to {float(sums[i]):.4f}, not 1"
+    sums: dict[int, float] = {}
+    for parent, p in zip(parents[1:].tolist(), child, strict=True):
+        sums[parent] = sums.get(parent, 0.0) + p
+    for node in sorted(sums):
+        if abs(sums[node] - 1) > PROB_SUM_TOLERANCE:
+            return f"the children of node {node} have draft probabilities summing to {sums[node]:.4f}, not 1"
     return None

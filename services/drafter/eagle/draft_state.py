@@ -9,7 +9,9 @@ import torch
 
 @dataclass
 class DraftKV:
-    """K/V of the head for positions [first, first + len): grows by doubling."""
+    """K/V of the head for positions [first, first + length), then scratch rows: the tree nodes of the
+    step being drafted, which attend to the cache and to each other where they lie, so that no step
+    copies the cache. Grows by doubling."""
 
     k: torch.Tensor  # [capacity, kv_heads, head_dim]
     v: torch.Tensor
@@ -22,18 +24,22 @@ class DraftKV:
             torch.empty(shape, dtype=dtype, device=device), torch.empty(shape, dtype=dtype, device=device)
         )
 
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
-        need = self.length + k.shape[0]
-        if need > self.k.shape[0]:
-            size = max(need, 2 * self.k.shape[0])
-            self.k = _grown(self.k, size, self.length)
-            self.v = _grown(self.v, size, self.length)
-        self.k[self.length : need] = k
-        self.v[self.length : need] = v
-        self.length = need
+    def write(self, offset: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Put rows at scratch row `offset` (past the cache; earlier scratch rows are kept); return the
+        keys and values of the cache and of every scratch row up to these, to attend to."""
+        start = self.length + offset
+        end = start + k.shape[0]
+        if end > self.k.shape[0]:
+            size = max(end, 2 * self.k.shape[0])
+            self.k = _grown(self.k, size, start)
+            self.v = _grown(self.v, size, start)
+        self.k[start:end] = k
+        self.v[start:end] = v
+        return self.k[:end], self.v[:end]
 
-    def keys(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.k[: self.length], self.v[: self.length]
+    def keep(self, rows: int) -> None:
+        """The first `rows` scratch rows join the cache."""
+        self.length += rows
 
 
 def _grown(t: torch.Tensor, size: int, used: int) -> torch.Tensor:

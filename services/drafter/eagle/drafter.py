@@ -18,7 +18,7 @@ import torch
 from treespec.drafter.eagle.checkpoint import TargetShape, feature_spec, load_head
 from treespec.drafter.eagle.config import EagleConfig
 from treespec.drafter.eagle.draft_state import DraftKV, DraftState
-from treespec.drafter.eagle.head import EagleHead, HeadOutput, attend
+from treespec.drafter.eagle.head import EagleHead, HeadOutput, attend, attend_rows
 from treespec.drafter.eagle.head_config import EagleFormat
 from treespec.drafter.eagle.token_map import load_token_map, restricted_lm_head
 from treespec.drafter.eagle.tree_search import SearchTree
@@ -32,6 +32,8 @@ from treespec.shared.model.dual_layout import HeadWeight
 
 log = logging.getLogger(__name__)
 
+FEW_ROWS = 32  # a request's rows in a head pass up to which attention takes attend_rows (head.py)
+
 
 @dataclass(frozen=True)
 class _Rows:
@@ -39,9 +41,8 @@ class _Rows:
 
     state: DraftState
     count: int
-    prior_k: torch.Tensor | None  # [P, kv_heads, d]: tree nodes expanded earlier
-    prior_v: torch.Tensor | None
-    mask: torch.Tensor  # [count, cache + P + count] bool
+    offset: int  # scratch rows before these in the draft cache: the tree nodes expanded earlier
+    mask: torch.Tensor  # [count, cache + offset + count] bool
 
 
 class EagleDrafter(Drafter):
@@ -171,12 +172,12 @@ class EagleDrafter(Drafter):
             positions.append(torch.arange(start, start + n))
             causal = torch.ones(n, n, dtype=torch.bool).tril()
             mask = torch.cat([torch.ones(n, state.kv.length, dtype=torch.bool), causal], dim=1)
-            groups.append(_Rows(state, n, None, None, mask))
-        out, k, v = self._run(torch.cat(ids), torch.cat(hidden), torch.cat(positions), groups)
+            groups.append(_Rows(state, n, 0, mask))
+        out = self._run(torch.cat(ids), torch.cat(hidden), torch.cat(positions), groups)
         last_rows, at = [], 0
         for (state, (start, _rows)), group in zip(work, groups, strict=True):
             n = group.count
-            state.kv.append(k[at : at + n], v[at : at + n])
+            state.kv.keep(n)
             state.next_position = start + n
             state.last_hidden = out.hidden[at + n - 1]
             last_rows.append(at + n - 1)
@@ -190,8 +191,6 @@ class EagleDrafter(Drafter):
         while those nodes' path probability is worth a head step (`level_cost`) and their children
         could still be kept (`SearchTree.can_add_kept`)."""
         frontier = {id(t): t.best(list(range(1, len(t.tokens))), t.budget.topk) for t, _ in items}
-        expanded_k: dict[int, list[torch.Tensor]] = {id(t): [] for t, _ in items}
-        expanded_v: dict[int, list[torch.Tensor]] = {id(t): [] for t, _ in items}
         expanded_nodes: dict[int, list[int]] = {id(t): [] for t, _ in items}
         node_hidden: dict[tuple[int, int], torch.Tensor] = {}
         level = 1
@@ -216,27 +215,16 @@ class EagleDrafter(Drafter):
                     ids.append(tree.tokens[node])
                     positions.append(state.next_position - 1 + tree.depths[node])
                     owners.append((tree, node))
-                groups.append(
-                    self._tree_rows(
-                        tree,
-                        state,
-                        nodes,
-                        expanded_nodes[id(tree)],
-                        expanded_k[id(tree)],
-                        expanded_v[id(tree)],
-                    )
-                )
-            out, k, v = self._run(
+                groups.append(self._tree_rows(tree, state, nodes, expanded_nodes[id(tree)]))
+            out = self._run(
                 torch.tensor(ids, dtype=torch.long), torch.stack(hidden), torch.tensor(positions), groups
             )
-            logprobs = self._logprobs(out.for_logits)
+            tokens, logq = self._top_children(out.for_logits, max(t.budget.topk for t, _ in active))
             new_level: dict[int, list[int]] = {id(t): [] for t, _ in active}
             for row, (tree, node) in enumerate(owners):
                 node_hidden[(id(tree), node)] = out.hidden[row]
                 expanded_nodes[id(tree)].append(node)
-                expanded_k[id(tree)].append(k[row])
-                expanded_v[id(tree)].append(v[row])
-                new_level[id(tree)] += tree.add_children(node, logprobs[row], self._vocab_ids)
+                new_level[id(tree)] += tree.add_ranked(node, tokens[row], logq[row])
             for tree, _ in active:
                 frontier[id(tree)] = tree.best(new_level[id(tree)], tree.budget.topk)
             level += 1
@@ -247,46 +235,51 @@ class EagleDrafter(Drafter):
         state: DraftState,
         nodes: list[int],
         expanded: list[int],
-        prior_k: list[torch.Tensor],
-        prior_v: list[torch.Tensor],
     ) -> _Rows:
-        """Each node attends to the cache, its expanded ancestors, and itself."""
-        n, p = len(nodes), len(expanded)
-        mask = torch.zeros(n, state.kv.length + p + n, dtype=torch.bool)
-        mask[:, : state.kv.length] = True
+        """Each node attends to the cache, its expanded ancestors (the scratch rows before it, in the
+        order expanded), and itself. The mask is made from Python lists at once: a tensor written entry
+        by entry cost about 0.1 ms a level."""
+        n = len(nodes)
+        rows = []
         for r, node in enumerate(nodes):
             ancestors = set()
             a = tree.parents[node]
             while a > 0:
                 ancestors.add(a)
                 a = tree.parents[a]
-            for j, e in enumerate(expanded):
-                mask[r, state.kv.length + j] = e in ancestors
-            mask[r, state.kv.length + p + r] = True
-        pk = torch.stack(prior_k) if prior_k else None
-        pv = torch.stack(prior_v) if prior_v else None
-        return _Rows(state, n, pk, pv, mask)
+            rows.append([e in ancestors for e in expanded] + [j == r for j in range(n)])
+        mask = torch.cat([torch.ones(n, state.kv.length, dtype=torch.bool), torch.tensor(rows)], dim=1)
+        return _Rows(state, n, len(expanded), mask)
 
     def _run(
         self, ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor, groups: list[_Rows]
-    ) -> tuple[HeadOutput, torch.Tensor, torch.Tensor]:
-        """One batched head pass; attention per request over its cache, prior keys and its new rows."""
+    ) -> HeadOutput:
+        """One batched head pass; each request's rows are written into its draft cache's scratch rows
+        and attend to the cache and the scratch rows before them."""
         device = self.target.embed.device
         embeds = self.target.embed[ids.to(device)]
         li = self.head.layer_input(embeds, hidden.to(device, embeds.dtype))
         qkv = self.head.qkv(li.attn_in, positions.to(device))
         outs, at = [], 0
         for g in groups:
-            q, k, v = qkv.q[at : at + g.count], qkv.k[at : at + g.count], qkv.v[at : at + g.count]
-            cache_k, cache_v = g.state.kv.keys()
-            keys = [cache_k] + ([g.prior_k] if g.prior_k is not None else []) + [k]
-            values = [cache_v] + ([g.prior_v] if g.prior_v is not None else []) + [v]
-            outs.append(attend(q, torch.cat(keys), torch.cat(values), g.mask.to(device)))
+            rows = slice(at, at + g.count)
+            keys, values = g.state.kv.write(g.offset, qkv.k[rows], qkv.v[rows])
+            rows_attend = attend_rows if g.count <= FEW_ROWS else attend
+            outs.append(rows_attend(qkv.q[rows], keys, values, g.mask.to(device)))
             at += g.count
-        return self.head.finish(li.residual, torch.cat(outs)), qkv.k, qkv.v
+        return self.head.finish(li.residual, torch.cat(outs))
 
     def _logprobs(self, for_logits: torch.Tensor) -> torch.Tensor:
         return self.head.logits(for_logits, self._lm_head).float().log_softmax(dim=-1).cpu()
+
+    def _top_children(self, for_logits: torch.Tensor, k: int) -> tuple[list[list[int]], list[list[float]]]:
+        """Each row's k most likely next tokens (target ids) and their draft log-probabilities, best
+        first: one top-k and one log-sum-exp over the rows, read out as lists at once."""
+        logits = self.head.logits(for_logits, self._lm_head).float()
+        values, index = logits.topk(min(k, logits.shape[-1]), dim=-1)
+        logq = values - logits.logsumexp(dim=-1, keepdim=True)
+        ids = index if self._vocab_ids is None else self._vocab_ids[index]
+        return ids.cpu().tolist(), logq.cpu().tolist()
 
 
 class Eagle2Drafter(EagleDrafter):

@@ -221,3 +221,20 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
         q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask, enable_gqa=True
     )
     return out.transpose(0, 1).reshape(q.shape[0], -1)
+
+
+def attend_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`attend` for a few query rows (a drafting step's tree nodes over the draft cache): each KV head's
+    query heads and rows as one batched product over its keys. On a CPU this is two to three times
+    faster than scaled_dot_product_attention with a mask for a handful of rows (which prepares the mask
+    for flash attention's blocks); its scores take rows x keys x heads floats, so long prompts use
+    `attend`."""
+    rows, heads, d = q.shape
+    kv_heads = k.shape[1]
+    group = heads // kv_heads  # query head h reads KV head h // group
+    qg = (q * d**-0.5).view(rows, kv_heads, group, d).permute(1, 0, 2, 3).reshape(kv_heads, rows * group, d)
+    scores = torch.bmm(qg, k.permute(1, 2, 0)).view(kv_heads, rows, group, -1)
+    scores.masked_fill_(~mask[None, :, None, :], float("-inf"))
+    probs = scores.softmax(dim=-1).view(kv_heads, rows * group, -1)
+    out = torch.bmm(probs.to(v.dtype), v.transpose(0, 1))  # [kv_heads, rows * group, d]
+    return out.view(kv_heads, rows, group, d).permute(1, 0, 2, 3).reshape(rows, heads * d)

@@ -47,11 +47,14 @@ class SearchTree:
         k = min(self.budget.topk, int(logprobs.shape[0]))
         values, index = logprobs.topk(k)
         ids = index if token_ids is None else token_ids[index]
+        return self.add_ranked(parent, ids.tolist(), values.tolist())
+
+    def add_ranked(self, parent: int, tokens: list[int], logq: list[float]) -> list[int]:
+        """The parent's children from candidates best first (target ids, draft log-probabilities):
+        the first `topk` of them."""
         base, depth = self.scores[parent], self.depths[parent] + 1
-        return [
-            self._add(int(t), parent, base + float(v), float(v), depth)
-            for t, v in zip(ids.tolist(), values.tolist(), strict=True)
-        ]
+        k = self.budget.topk
+        return [self._add(t, parent, base + v, v, depth) for t, v in zip(tokens[:k], logq[:k], strict=True)]
 
     def best(self, nodes: list[int], n: int) -> list[int]:
         """The n best of `nodes` whose path probability reaches min_path_prob (a node below it costs a

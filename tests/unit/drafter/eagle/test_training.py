@@ -59,9 +59,9 @@ class RunSpy:
         spy = cls([])
         real = drafter._run
 
-        def run(ids: torch.Tensor, *args: Any) -> tuple[HeadOutput, torch.Tensor, torch.Tensor]:
+        def run(ids: torch.Tensor, *args: Any) -> HeadOutput:
             out = real(ids, *args)
-            spy.calls.append((ids.clone(), out[0]))
+            spy.calls.append((ids.clone(), out))
             return out
 
         monkeypatch.setattr(drafter, "_run", run)
