@@ -35,7 +35,8 @@ from treespec.v1 import verifier_pb2 as pb
 from treespec.v1 import verifier_pb2_grpc
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine
-from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
+from treespec.verifier.request import GenerationRequest, RequestOutput, SamplingParams, SpeculationParams
+from treespec.verifier.server import app as verifier_app
 from treespec.verifier.server.app import VerifierServer, VerifierServerConfig
 from treespec.verifier.server.drafters import DrafterSpec
 
@@ -133,6 +134,33 @@ def test_greedy_stream_matches_the_engine(tiny_path: Path, tiny_model: CausalLM)
             assert not chunk.HasField("usage") and not chunk.HasField("speculation")
 
     run(tiny_path, tiny_model, body)
+
+
+def test_the_engine_is_built_and_stepped_on_one_thread(
+    tiny_path: Path, tiny_model: CausalLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedded server's engine thread builds the engine too: every thread that runs torch's
+    parallel operations keeps an OpenMP team, and two teams slowed every forward (VerifierServer.prepare)."""
+    built: list[int] = []
+    stepped: set[int] = set()
+
+    class RecordingEngine(Engine):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            built.append(threading.get_ident())
+            super().__init__(*args, **kwargs)
+
+        def step(self) -> list[RequestOutput]:
+            stepped.add(threading.get_ident())
+            return super().step()
+
+    monkeypatch.setattr(verifier_app, "Engine", RecordingEngine)
+
+    async def body(client: Client) -> None:
+        assert len(tokens_of(await client.generate(greedy_message("a", PROMPTS[0])))) == MAX_NEW
+
+    run(tiny_path, tiny_model, body)
+    assert len(built) == 1 and stepped == set(built)
+    assert built[0] != threading.get_ident()
 
 
 def test_concurrent_streams_all_complete(tiny_path: Path, tiny_model: CausalLM) -> None:

@@ -118,12 +118,15 @@ class VerifierServer:
         """Load the model (unless prepared), start the engine thread (unless the caller runs it),
         serve; returns the bound port."""
         prepared, self._prepared = self._prepared, None
-        if prepared is None:
-            prepared = await asyncio.to_thread(self._build_engine)
-        engine, drafter_shutdown = prepared
-        loop = EngineLoop(engine, self.metrics)
-        if self._engine_thread:
-            loop.start()
+        if prepared is None and self._engine_thread:
+            engine, drafter_shutdown, loop = await self._start_engine_thread()
+        else:
+            if prepared is None:
+                prepared = await asyncio.to_thread(self._build_engine)
+            engine, drafter_shutdown = prepared
+            loop = EngineLoop(engine, self.metrics)
+            if self._engine_thread:
+                loop.start()
         metrics_http = None
         try:
             metrics_http = self._start_metrics_http()
@@ -151,6 +154,26 @@ class VerifierServer:
         _close_http(running.metrics_http)
         running.drafter_shutdown()
         log.info("verifier stopped")
+
+    async def _start_engine_thread(self) -> tuple[Engine, Callable[[], None], EngineLoop]:
+        """Build the engine on a thread of its own that then runs it: one thread does all the engine's
+        torch work, as `prepare` explains (the model loaded in a worker thread and run in another once
+        slowed every forward)."""
+        built: concurrent.futures.Future[tuple[Engine, Callable[[], None], EngineLoop]]
+        built = concurrent.futures.Future()
+
+        def build_then_run() -> None:
+            try:
+                engine, drafter_shutdown = self._build_engine()
+                loop = EngineLoop(engine, self.metrics)
+            except BaseException as exc:
+                built.set_exception(exc)
+                return
+            built.set_result((engine, drafter_shutdown, loop))
+            loop.run()
+
+        threading.Thread(target=build_then_run, name="treespec-engine", daemon=True).start()
+        return await asyncio.wrap_future(built)
 
     def _build_engine(self) -> tuple[Engine, Callable[[], None]]:
         """The engine, and what ends the drafter built here (an injected one is the caller's)."""
