@@ -16,6 +16,7 @@ output (near-tie rule). Targets: EAGLE-3 acceptance length >= 3.0; EAGLE-3 token
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
@@ -40,6 +41,7 @@ from treespec.shared.drafting.drafter import Drafter, DrafterContext
 from treespec.shared.drafting.registry import create_drafter
 from treespec.shared.drafting.target_access import LocalTargetAccess
 from treespec.shared.launcher.colocated import colocated_drafter
+from treespec.shared.launcher.shared_cores import openmp_wait, shared_core_env
 from treespec.shared.model.loader import load_model
 from treespec.verifier.engine import Engine
 from treespec.verifier.request import SpeculationParams
@@ -151,7 +153,8 @@ def _runners(
                 vocab_size,
                 workdir,
                 deadline_s=args.deadline_s,
-                env={"OMP_NUM_THREADS": str(args.threads)},
+                # As `treespec serve` starts it; this process waits as its environment says (setup).
+                env={"OMP_NUM_THREADS": str(args.threads), **shared_core_env(os.environ)},
             )
         )
 
@@ -233,6 +236,8 @@ def _payload(
             eagle3_colocated="a `treespec drafter --kind eagle3 --colocate` process (shared memory, gRPC)",
             eagle3_ngram="the same head, its trees merged with n-gram trees (--speculative-eagle-ngram)",
             draft_deadline_s=args.deadline_s,
+            openmp_wait=openmp_wait(os.environ),
+            colocated_openmp_wait=openmp_wait({**os.environ, **shared_core_env(os.environ)}),
             ngram_budget=_budget(ngram_spec),
             ngram_memory="in-process",
             verify_cost=node_cost.report(),
@@ -288,4 +293,15 @@ def render(p: dict[str, Any]) -> str:
         f"{p['eagle3_ngram_vs_hf']:.2f}x   eagle3+ngram accept: {p['eagle3_ngram_accept_len']:.2f}"
     )
     greedy = [runs.greedy_line(f"{m} greedy output equals plain's", p["greedy"][m]) for m in SPECULATIVE]
-    return "\n".join([throughput, "", targets, "", ratios, runs.drafting_line(p, SPECULATIVE), *greedy])
+    lines = [throughput, "", targets, "", ratios, runs.drafting_line(p, SPECULATIVE), *greedy]
+    return "\n".join([*lines, _waiting_line(p["setup"])])
+
+
+def _waiting_line(setup: Mapping[str, Any]) -> str:
+    """How the two co-located processes' OpenMP threads waited: the bench process (the verifier side)
+    as its environment says, the drafter process as `treespec serve` starts it."""
+    mine, drafter = setup["openmp_wait"], setup["colocated_openmp_wait"]
+    line = f"OpenMP waits: this process {mine}, the co-located drafter {drafter}"
+    if mine != drafter:
+        line += f" (run with {drafter} to measure both as treespec serve runs them)"
+    return line

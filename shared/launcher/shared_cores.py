@@ -25,3 +25,9 @@ def shared_core_env(environ: Mapping[str, str]) -> dict[str, str]:
     if any(name in environ for name in OPENMP_WAIT_VARIABLES):
         return {}
     return {"GOMP_SPINCOUNT": str(SPIN_COUNT)}
+
+
+def openmp_wait(environ: Mapping[str, str]) -> str:
+    """How this process's OpenMP threads wait, as `environ` sets it (for benchmark records)."""
+    said = [f"{name}={environ[name]}" for name in OPENMP_WAIT_VARIABLES if name in environ]
+    return " ".join(said) or "libgomp's default"

@@ -4,19 +4,21 @@ run (the bundled SmolLM2 with a random EAGLE-3 head, two one-line prompts, a few
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.unit.drafter.eagle.public_checkpoints import write_eagle3
-from treespec.bench.eagle_bench import METHODS, EagleBenchArgs, _payload, render
+from treespec.bench.eagle_bench import METHODS, EagleBenchArgs, _payload, _waiting_line, render
 from treespec.bench.prompts import BenchPrompt
 from treespec.bench.runs import GreedyCheck, NodeCost
 from treespec.bench.throughput import Throughput
 from treespec.drafter.eagle.config import SHIPPED_HEADS
 from treespec.drafter.eagle.head_config import EagleFormat
 from treespec.shared.cli.main import build_parser, main
+from treespec.shared.launcher.shared_cores import SPIN_COUNT, openmp_wait, shared_core_env
 from treespec.shared.model.store import (
     models_dir,
     resolve_model_path,
@@ -169,6 +171,7 @@ def test_payload_has_the_issue_keys_and_targets(bench_defaults: tuple[Path, Path
     assert "3.00 pass" in text and "0.80 FAIL" in text and "targets: FAIL" in text
     assert "eagle3+ngram / plain: 2.50x   eagle3+ngram / hf: 3.75x   eagle3+ngram accept: 4.00" in text
     assert "eagle3_colocated greedy output equals plain's (near-tie rule): True" in text
+    assert "OpenMP waits: this process" in text and setup["colocated_openmp_wait"] in text
 
 
 def test_a_real_run_writes_the_json(
@@ -195,3 +198,18 @@ def test_a_real_run_writes_the_json(
     text = capsys.readouterr().out
     assert "co-located tok/s" in text and "eagle3 accept >= 3.0" in text and f"wrote {out}" in text
     assert p["eagle3_ngram_tps"] > 0 and p["greedy"]["eagle3_ngram"]["identical"]
+
+
+def test_the_report_says_how_each_side_of_the_colocated_pair_waited(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bench's co-located drafter process is started as `treespec serve` starts it (short spin-waits);
+    the bench process waits as its own environment says, and the report tells which is which."""
+    for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
+        monkeypatch.delenv(name, raising=False)
+    assert openmp_wait(os.environ) == "libgomp's default"
+    drafter = openmp_wait(shared_core_env(os.environ))
+    assert drafter == f"GOMP_SPINCOUNT={SPIN_COUNT}"
+    line = _waiting_line({"openmp_wait": "libgomp's default", "colocated_openmp_wait": drafter})
+    assert f"this process libgomp's default, the co-located drafter {drafter} (run with {drafter}" in line
+    same = _waiting_line({"openmp_wait": drafter, "colocated_openmp_wait": drafter})
+    assert same == f"OpenMP waits: this process {drafter}, the co-located drafter {drafter}"
+    assert openmp_wait({"OMP_WAIT_POLICY": "passive"}) == "OMP_WAIT_POLICY=passive"
