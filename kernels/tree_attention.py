@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from treespec.kernels.cpu_extension import load_cpu_extension
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
-MAX_QUERIES = 128  # rows x query heads per KV head (8 vectors of 16 lanes in the source)
+MAX_QUERIES = 128  # rows x query heads per KV head (kMaxQueries in the source)
 MAX_ROWS = 32  # new rows per sequence the attention backend sends here (prefill chunks go to SDPA)
 
 

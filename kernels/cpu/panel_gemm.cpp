@@ -2,56 +2,111 @@
 //
 // Built for the few rows of a decode or verify step (1-16), where library GEMMs lose to the time it
 // takes to stream the weights once: each panel is read from memory once, its next rows prefetched into
-// L2 ahead of use, and every row of x (up to 12 at a time) multiplies it while it is in cache, so 8 rows
-// cost little more than one. Larger forwards (prefill) run through the same loop, 12 rows at a time.
+// L2 ahead of use, and every row of x (up to 12 at a time with AVX-512, 4 with AVX2) multiplies it while
+// it is in cache (L1 or L2), so 8 rows cost little more than one. Larger forwards (prefill) run through
+// the same loop.
 // Each output element is one FMA chain over k in order, whatever M and however rows are grouped, so a
 // row's result does not depend on the rows beside it. The torch reference is x @ W (panel_gemm.py).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <utility>
 
 namespace {
 
-constexpr int64_t kPanel = 32;   // columns per panel: two 16-float vectors
-constexpr int kMaxRows = 12;     // rows per micro-kernel call: up to 24 vector accumulators
+constexpr int64_t kPanel = 32;   // columns per panel
 constexpr int64_t kAhead = 64;   // panel rows prefetched ahead (8 KiB), into L2
 
-typedef float vec16 __attribute__((vector_size(64)));
+// The widest vectors this build's CPU has, and as many rows per micro-kernel call as keep every
+// accumulator in a register (a panel row takes kVecs of them per row of x): AVX-512 (32 registers of 16
+// floats): 12 rows, 24 accumulators; AVX2 (16 of 8): 4 rows, 16, the weights read as FMA operands (on a
+// 2-core AMD EPYC without AVX-512, 4 rows took as long as 1 for the lm_head of SmolLM2, 3 rows 1.3x, 6
+// or 8 rows no less time per row); SSE: 1.
+// Wider vectors than the CPU has, or more accumulators than registers, leave them in memory, and every
+// FMA then waits on a store and a load (several times slower than the library's GEMM).
+#if defined(__AVX512F__)
+constexpr int kVecBytes = 64;
+constexpr int kMaxRows = 12;
+#elif defined(__AVX__)
+constexpr int kVecBytes = 32;
+constexpr int kMaxRows = 4;
+#else
+constexpr int kVecBytes = 16;
+constexpr int kMaxRows = 1;
+#endif
+constexpr int kLanes = kVecBytes / static_cast<int>(sizeof(float));
+constexpr int kVecs = static_cast<int>(kPanel) / kLanes;  // vectors per panel row
 
-template <int M>
+// A lone row has only kVecs FMA chains per panel, too few to hide the FMA latency with AVX2's narrow
+// vectors (one row ran slower than three), so there one row takes two panels per call. Each output
+// element is still one chain over k in order.
+#if defined(__AVX512F__) || !defined(__AVX__)
+constexpr int kOneRowPanels = 1;
+#else
+constexpr int kOneRowPanels = 2;
+#endif
+
+typedef float vec __attribute__((vector_size(kVecBytes)));
+
+// Rows [M] of x times panels [P] (each K * kPanel floats apart) into y's P * kPanel columns.
+template <int M, int P>
 void micro_kernel(const float* x, int64_t ldx, const float* panel, int64_t K, float* y, int64_t ldy) {
-  vec16 lo[M], hi[M];
-  for (int m = 0; m < M; ++m) {
-    lo[m] = vec16{};
-    hi[m] = vec16{};
+  constexpr int kAcc = P * kVecs;
+  const int64_t stride = K * kPanel;
+  vec acc[M][kAcc];
+  _Pragma("GCC unroll 32") for (int m = 0; m < M; ++m) {
+    _Pragma("GCC unroll 32") for (int v = 0; v < kAcc; ++v) acc[m][v] = vec{};
   }
   for (int64_t k = 0; k < K; ++k) {
-    const float* row = panel + k * kPanel;
-    __builtin_prefetch(row + kAhead * kPanel, 0, 2);
-    __builtin_prefetch(row + kAhead * kPanel + 16, 0, 2);
-    vec16 w_lo, w_hi;
-    __builtin_memcpy(&w_lo, row, sizeof(vec16));
-    __builtin_memcpy(&w_hi, row + 16, sizeof(vec16));
-    for (int m = 0; m < M; ++m) {
+    vec w[kAcc];
+    _Pragma("GCC unroll 32") for (int q = 0; q < P; ++q) {
+      const float* row = panel + q * stride + k * kPanel;
+      __builtin_prefetch(row + kAhead * kPanel, 0, 2);
+      __builtin_prefetch(row + kAhead * kPanel + 16, 0, 2);
+      _Pragma("GCC unroll 32") for (int v = 0; v < kVecs; ++v) __builtin_memcpy(&w[q * kVecs + v], row + v * kLanes, sizeof(vec));
+    }
+    _Pragma("GCC unroll 32") for (int m = 0; m < M; ++m) {
       const float b = x[m * ldx + k];
-      lo[m] += b * w_lo;
-      hi[m] += b * w_hi;
+      _Pragma("GCC unroll 32") for (int v = 0; v < kAcc; ++v) acc[m][v] += b * w[v];
     }
   }
-  for (int m = 0; m < M; ++m) {
-    __builtin_memcpy(y + m * ldy, &lo[m], sizeof(vec16));
-    __builtin_memcpy(y + m * ldy + 16, &hi[m], sizeof(vec16));
+  _Pragma("GCC unroll 32") for (int m = 0; m < M; ++m) {
+    _Pragma("GCC unroll 32") for (int v = 0; v < kAcc; ++v) __builtin_memcpy(y + m * ldy + v * kLanes, &acc[m][v], sizeof(vec));
   }
 }
 
 using MicroKernel = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t);
-constexpr MicroKernel kKernels[kMaxRows + 1] = {
-    nullptr,         micro_kernel<1>, micro_kernel<2>, micro_kernel<3>, micro_kernel<4>,
-    micro_kernel<5>, micro_kernel<6>, micro_kernel<7>, micro_kernel<8>,
-    micro_kernel<9>, micro_kernel<10>, micro_kernel<11>, micro_kernel<12>,
-};
+
+template <int... M>
+constexpr std::array<MicroKernel, sizeof...(M) + 1> kernel_table(std::integer_sequence<int, M...>) {
+  return {nullptr, &micro_kernel<M + 1, 1>...};
+}
+
+// kKernels[rows]: the one-panel micro-kernel for 1..kMaxRows rows.
+constexpr auto kKernels = kernel_table(std::make_integer_sequence<int, kMaxRows>{});
+
+// Rows [begin, end) of x times panels [p0, p1): rows in chunks of at most kMaxRows, as even as can be
+// (AVX2, 9 rows: 3, 3, 3, not 4, 4, 1), a lone row over kOneRowPanels panels at a time.
+void panel_range(const float* x, int64_t M, int64_t K, const float* panels, int64_t p0, int64_t p1,
+                 float* y, int64_t N) {
+  const int64_t chunks = (M + kMaxRows - 1) / kMaxRows;
+  for (int64_t c = 0, m = 0; c < chunks; ++c) {
+    const int rows = static_cast<int>((M - m) / (chunks - c));
+    const float* xs = x + m * K;
+    float* ys = y + m * N;
+    int64_t p = p0;
+    if (rows == 1) {
+      for (; p + kOneRowPanels <= p1; p += kOneRowPanels) {
+        micro_kernel<1, kOneRowPanels>(xs, K, panels + p * K * kPanel, K, ys + p * kPanel, N);
+      }
+    }
+    for (; p < p1; ++p) kKernels[rows](xs, K, panels + p * K * kPanel, K, ys + p * kPanel, N);
+    m += rows;
+  }
+}
 
 }  // namespace
 
@@ -75,14 +130,7 @@ torch::Tensor matmul(const torch::Tensor& x_in, const torch::Tensor& panels) {
   const float* xs = x.data_ptr<float>();
   const float* ps = panels.data_ptr<float>();
   float* ys = y.data_ptr<float>();
-  at::parallel_for(0, P, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      for (int64_t m = 0; m < M; m += kMaxRows) {
-        const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, M - m));
-        kKernels[rows](xs + m * K, K, ps + p * K * kPanel, K, ys + m * N + p * kPanel, N);
-      }
-    }
-  });
+  at::parallel_for(0, P, 1, [&](int64_t begin, int64_t end) { panel_range(xs, M, K, ps, begin, end, ys, N); });
   return y;
 }
 

@@ -13,51 +13,68 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 namespace {
 
+// Queries lie in the lanes of the CPU's widest vectors: 16 floats with AVX-512, 8 with AVX2, 4 else.
+// Vectors wider than the CPU's, or more accumulators than its registers, would live in memory and every
+// FMA would wait on a store and a load (several times slower than torch's SDPA on an AVX2 CPU).
+#if defined(__AVX512F__)
 constexpr int kLanes = 16;
+constexpr int kRowBlock = 4;     // queries whose V sums share each V load (4 x head_dim / 16 registers)
+#elif defined(__AVX__)
+constexpr int kLanes = 8;
+constexpr int kRowBlock = 1;     // a head_dim of 64 already takes 8 of the 16 registers per query
+#else
+constexpr int kLanes = 4;
+constexpr int kRowBlock = 1;
+#endif
 constexpr int64_t kChunk = 256;  // key positions per work item
-constexpr int kRowBlock = 4;     // queries whose V sums share each V load
 constexpr int64_t kPrefetchKeys = 16;  // keys prefetched ahead of the scores
 constexpr int kLineFloats = 16;  // a 64-byte cache line
 
-typedef float vec16 __attribute__((vector_size(64)));
-typedef int32_t ivec16 __attribute__((vector_size(64)));
+typedef float vec __attribute__((vector_size(kLanes * sizeof(float))));
+typedef int32_t ivec __attribute__((vector_size(kLanes * sizeof(int32_t))));
 
-inline vec16 splat(float x) { return vec16{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
-inline vec16 load(const float* p) {
-  vec16 v;
+inline vec splat(float x) {
+  vec v;
+  _Pragma("GCC unroll 32") for (int l = 0; l < kLanes; ++l) v[l] = x;
+  return v;
+}
+inline vec load(const float* p) {
+  vec v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline void store(float* p, vec16 v) { std::memcpy(p, &v, sizeof v); }
+inline void store(float* p, vec v) { std::memcpy(p, &v, sizeof v); }
 
 // e^x for x <= 0; lanes below -87 (-inf included) give 0. Cephes' expf: x = n ln2 + r, a degree-5
 // polynomial for e^r, 2^n built in the exponent bits.
-inline vec16 vexp(vec16 x) {
-  const vec16 floor_x = splat(-87.0f);
-  const ivec16 under = x < floor_x;
-  const vec16 xc = under ? floor_x : x;
-  const ivec16 n = -__builtin_convertvector(0.5f - xc * 1.44269504088896341f, ivec16);  // round, x <= 0
-  const vec16 nf = __builtin_convertvector(n, vec16);
-  const vec16 r = xc - nf * 0.693359375f + nf * 2.12194440e-4f;
-  const vec16 r2 = r * r;
-  vec16 p = 1.9875691500e-4f * r + 1.3981999507e-3f;
+inline vec vexp(vec x) {
+  const vec floor_x = splat(-87.0f);
+  const ivec under = x < floor_x;
+  const vec xc = under ? floor_x : x;
+  const ivec n = -__builtin_convertvector(0.5f - xc * 1.44269504088896341f, ivec);  // round, x <= 0
+  const vec nf = __builtin_convertvector(n, vec);
+  const vec r = xc - nf * 0.693359375f + nf * 2.12194440e-4f;
+  const vec r2 = r * r;
+  vec p = 1.9875691500e-4f * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r2 + r + 1.0f;
-  const ivec16 bits = (n + 127) << 23;
-  vec16 scale;
+  const ivec bits = (n + 127) << 23;
+  vec scale;
   std::memcpy(&scale, &bits, sizeof scale);
-  return under ? vec16{} : p * scale;
+  return under ? vec{} : p * scale;
 }
 
 struct Sequence {
@@ -86,22 +103,23 @@ struct WorkItem {
   int64_t partial;  // offset of its queries' (max, sum, acc[D]) in the partial buffer
 };
 
-constexpr int kMaxQueryVecs = 8;  // queries per KV head: at most 8 vectors of 16 lanes
+constexpr int kMaxQueries = 128;  // queries per KV head (rows x query heads per KV head)
+constexpr int kMaxQueryVecs = kMaxQueries / kLanes;
 
-// Scores of the chunk's keys against every query (lanes), scaled queries in qt[d][QV * 16]; masked
+// Scores of the chunk's keys against every query (lanes), scaled queries in qt[d][QV * kLanes]; masked
 // keys -inf; and each lane's max. Keys go KB at a time so that KB * QV accumulator chains overlap.
 template <int D, int QV>
 void score_chunk(const Problem& pb, const Sequence& s, int64_t group, int64_t first, int64_t nk,
-                 const float* qt, float* scores, vec16* maxes) {
+                 const float* qt, float* scores, vec* maxes) {
   constexpr int KB = QV >= 8 ? 1 : 8 / QV;
   constexpr int64_t QP = QV * kLanes;
   const int64_t hpg = pb.heads_per_group;
   const int64_t Q = s.num_new * hpg;
-  const vec16 neg_inf = splat(-std::numeric_limits<float>::infinity());
-  for (int qv = 0; qv < QV; ++qv) maxes[qv] = neg_inf;
+  const vec neg_inf = splat(-std::numeric_limits<float>::infinity());
+  _Pragma("GCC unroll 32") for (int qv = 0; qv < QV; ++qv) maxes[qv] = neg_inf;
   for (int64_t j0 = 0; j0 < nk; j0 += KB) {
     const float* keys[KB];
-    for (int b = 0; b < KB; ++b) {  // past the chunk's end: its last key again, scores dropped
+    _Pragma("GCC unroll 32") for (int b = 0; b < KB; ++b) {  // past the chunk's end: its last key again, scores dropped
       const int64_t pos = first + std::min<int64_t>(j0 + b, nk - 1);
       keys[b] = pb.k + pb.slots[s.slot_offset + pos] * pb.slot_stride + group * D;
     }
@@ -113,31 +131,31 @@ void score_chunk(const Problem& pb, const Sequence& s, int64_t group, int64_t fi
         __builtin_prefetch(pb.v + slot + line, 0, 2);
       }
     }
-    vec16 acc[KB][QV];
-    for (int b = 0; b < KB; ++b)
-      for (int qv = 0; qv < QV; ++qv) acc[b][qv] = vec16{};
+    vec acc[KB][QV];
+    _Pragma("GCC unroll 32") for (int b = 0; b < KB; ++b)
+      _Pragma("GCC unroll 32") for (int qv = 0; qv < QV; ++qv) acc[b][qv] = vec{};
     for (int d = 0; d < D; ++d) {
-      vec16 qd[QV];
-      for (int qv = 0; qv < QV; ++qv) qd[qv] = load(qt + d * QP + qv * kLanes);
-      for (int b = 0; b < KB; ++b) {
-        const vec16 kd = splat(keys[b][d]);
-        for (int qv = 0; qv < QV; ++qv) acc[b][qv] += kd * qd[qv];
+      vec qd[QV];
+      _Pragma("GCC unroll 32") for (int qv = 0; qv < QV; ++qv) qd[qv] = load(qt + d * QP + qv * kLanes);
+      _Pragma("GCC unroll 32") for (int b = 0; b < KB; ++b) {
+        const vec kd = splat(keys[b][d]);
+        _Pragma("GCC unroll 32") for (int qv = 0; qv < QV; ++qv) acc[b][qv] += kd * qd[qv];
       }
     }
     for (int b = 0; b < KB && j0 + b < nk; ++b) {
       const int64_t pos = first + j0 + b;
       if (pos >= s.cached_len) {  // a new token: visible to the rows whose mask allows it
         const uint8_t* column = pb.masks + s.mask_offset + (pos - s.cached_len);
-        for (int qv = 0; qv < QV; ++qv) {
-          ivec16 seen;
-          for (int l = 0; l < kLanes; ++l) {
+        _Pragma("GCC unroll 32") for (int qv = 0; qv < QV; ++qv) {
+          ivec seen;
+          _Pragma("GCC unroll 32") for (int l = 0; l < kLanes; ++l) {
             const int64_t r = qv * kLanes + l;
             seen[l] = r < Q && column[(r / hpg) * s.num_new] ? -1 : 0;
           }
           acc[b][qv] = seen ? acc[b][qv] : neg_inf;
         }
       }
-      for (int qv = 0; qv < QV; ++qv) {
+      _Pragma("GCC unroll 32") for (int qv = 0; qv < QV; ++qv) {
         store(scores + (j0 + b) * QP + qv * kLanes, acc[b][qv]);
         maxes[qv] = acc[b][qv] > maxes[qv] ? acc[b][qv] : maxes[qv];
       }
@@ -146,15 +164,18 @@ void score_chunk(const Problem& pb, const Sequence& s, int64_t group, int64_t fi
 }
 
 using ScoreKernel = void (*)(const Problem&, const Sequence&, int64_t, int64_t, int64_t, const float*, float*,
-                             vec16*);
+                             vec*);
+template <int D, int... QV>
+constexpr std::array<ScoreKernel, sizeof...(QV) + 1> score_table(std::integer_sequence<int, QV...>) {
+  return {nullptr, &score_chunk<D, QV + 1>...};
+}
+
+// kScoreKernels<D>[QV]: the score kernel for QV vectors of queries.
 template <int D>
-constexpr ScoreKernel kScoreKernels[kMaxQueryVecs + 1] = {
-    nullptr,          score_chunk<D, 1>, score_chunk<D, 2>, score_chunk<D, 3>, score_chunk<D, 4>,
-    score_chunk<D, 5>, score_chunk<D, 6>, score_chunk<D, 7>, score_chunk<D, 8>,
-};
+constexpr auto kScoreKernels = score_table<D>(std::make_integer_sequence<int, kMaxQueryVecs>{});
 
 // One work item: for every query of the group, the max score, the sum of e^(score - max) and the
-// weighted sum of V over the chunk's visible keys. DV: head_dim / 16.
+// weighted sum of V over the chunk's visible keys. DV: head_dim / kLanes.
 template <int DV>
 void chunk_partials(const Problem& pb, const Sequence& s, const WorkItem& w, float* partial) {
   constexpr int D = DV * kLanes;
@@ -173,17 +194,17 @@ void chunk_partials(const Problem& pb, const Sequence& s, const WorkItem& w, flo
   }
   // Scores, keys by query lanes; masked ones -inf.
   std::vector<float> scores(nk * QP);
-  const vec16 neg_inf = splat(-std::numeric_limits<float>::infinity());
-  vec16 maxes[kMaxQueryVecs];
+  const vec neg_inf = splat(-std::numeric_limits<float>::infinity());
+  vec maxes[kMaxQueryVecs];
   kScoreKernels<D>[QV](pb, s, w.group, first, nk, qt.data(), scores.data(), maxes);
   // Softmax numerators in place, and their sums.
-  vec16 sums[kMaxQueryVecs];
+  vec sums[kMaxQueryVecs];
   for (int64_t qv = 0; qv < QV; ++qv) {
-    const ivec16 none = maxes[qv] == neg_inf;
-    const vec16 shift = none ? vec16{} : maxes[qv];
-    vec16 sum = vec16{};
+    const ivec none = maxes[qv] == neg_inf;
+    const vec shift = none ? vec{} : maxes[qv];
+    vec sum = vec{};
     for (int64_t j = 0; j < nk; ++j) {
-      const vec16 p = vexp(load(&scores[j * QP + qv * kLanes]) - shift);
+      const vec p = vexp(load(&scores[j * QP + qv * kLanes]) - shift);
       store(&scores[j * QP + qv * kLanes], p);
       sum += p;
     }
@@ -193,18 +214,18 @@ void chunk_partials(const Problem& pb, const Sequence& s, const WorkItem& w, flo
   const int64_t stride = D + 2;
   for (int64_t r0 = 0; r0 < Q; r0 += kRowBlock) {
     const int64_t rows = std::min<int64_t>(kRowBlock, Q - r0);
-    vec16 acc[kRowBlock][DV];
-    for (int b = 0; b < kRowBlock; ++b)
-      for (int dv = 0; dv < DV; ++dv) acc[b][dv] = vec16{};
+    vec acc[kRowBlock][DV];
+    _Pragma("GCC unroll 32") for (int b = 0; b < kRowBlock; ++b)
+      _Pragma("GCC unroll 32") for (int dv = 0; dv < DV; ++dv) acc[b][dv] = vec{};
     for (int64_t j = 0; j < nk; ++j) {
       const float* value = pb.v + pb.slots[s.slot_offset + first + j] * pb.slot_stride + w.group * D;
-      vec16 vv[DV];
-      for (int dv = 0; dv < DV; ++dv) vv[dv] = load(value + dv * kLanes);
+      vec vv[DV];
+      _Pragma("GCC unroll 32") for (int dv = 0; dv < DV; ++dv) vv[dv] = load(value + dv * kLanes);
       const float* p = &scores[j * QP + r0];
-      for (int b = 0; b < kRowBlock; ++b) {
+      _Pragma("GCC unroll 32") for (int b = 0; b < kRowBlock; ++b) {
         if (b >= rows) break;
-        const vec16 pb_ = splat(p[b]);
-        for (int dv = 0; dv < DV; ++dv) acc[b][dv] += pb_ * vv[dv];
+        const vec pb_ = splat(p[b]);
+        _Pragma("GCC unroll 32") for (int dv = 0; dv < DV; ++dv) acc[b][dv] += pb_ * vv[dv];
       }
     }
     for (int64_t b = 0; b < rows; ++b) {
@@ -212,7 +233,7 @@ void chunk_partials(const Problem& pb, const Sequence& s, const WorkItem& w, flo
       float* out = partial + r * stride;
       out[0] = maxes[r / kLanes][r % kLanes];
       out[1] = sums[r / kLanes][r % kLanes];
-      for (int dv = 0; dv < DV; ++dv) store(out + 2 + dv * kLanes, acc[b][dv]);
+      _Pragma("GCC unroll 32") for (int dv = 0; dv < DV; ++dv) store(out + 2 + dv * kLanes, acc[b][dv]);
     }
   }
 }
@@ -221,11 +242,11 @@ using ChunkKernel = void (*)(const Problem&, const Sequence&, const WorkItem&, f
 
 ChunkKernel kernel_for(int64_t head_dim) {
   switch (head_dim) {
-    case 16: return chunk_partials<1>;
-    case 32: return chunk_partials<2>;
-    case 64: return chunk_partials<4>;
-    case 128: return chunk_partials<8>;
-    case 256: return chunk_partials<16>;
+    case 16: return chunk_partials<16 / kLanes>;
+    case 32: return chunk_partials<32 / kLanes>;
+    case 64: return chunk_partials<64 / kLanes>;
+    case 128: return chunk_partials<128 / kLanes>;
+    case 256: return chunk_partials<256 / kLanes>;
     default: return nullptr;
   }
 }

@@ -43,10 +43,13 @@ def test_the_layout_keeps_the_values_and_pads_the_columns(gemm: PanelGemm) -> No
     assert torch.equal(weight.panels[1, :, 45 - PANEL :], torch.zeros(20, 2 * PANEL - 45))
 
 
-def test_a_rows_result_does_not_depend_on_the_rows_beside_it(gemm: PanelGemm) -> None:
-    """A verify step's row equals the decode step's bit for bit: one FMA chain per output element."""
+@pytest.mark.parametrize("outputs", [128, 160])
+def test_a_rows_result_does_not_depend_on_the_rows_beside_it(gemm: PanelGemm, outputs: int) -> None:
+    """A verify step's row equals the decode step's bit for bit: one FMA chain per output element,
+    however the rows are grouped and whether a lone row takes one panel per call or two (160
+    columns: five panels, an odd one left over)."""
     generator = torch.Generator().manual_seed(3)
-    weight = gemm.pack(torch.randn(300, 128, generator=generator))
+    weight = gemm.pack(torch.randn(300, outputs, generator=generator))
     x = torch.randn(13, 300, generator=generator)
     together = linear(x, weight)
     for i in range(x.shape[0]):
