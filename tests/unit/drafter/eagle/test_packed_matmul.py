@@ -14,6 +14,7 @@ from treespec.drafter.eagle import packed_matmul
 from treespec.drafter.eagle.checkpoint import TargetShape, load_head
 from treespec.drafter.eagle.head import EagleHead, attend
 from treespec.drafter.eagle.packed_matmul import MatmulDtype, PackedMatmul, packed_dtype
+from treespec.kernels.panel_gemm import PanelWeight
 from treespec.shared.cli.eagle_flags import MATMUL_DTYPES
 
 HIDDEN, VOCAB, LAYERS = 64, 97, 3
@@ -74,6 +75,7 @@ def test_a_packed_product_keeps_the_callers_dtype_and_its_bias() -> None:
         torch.randn(3, 8, generator=g),
     )
     product = PackedMatmul.of(weight, bias, torch.float32)
+    assert isinstance(product.weight, PanelWeight)  # float32: the target's panel kernel
     torch.testing.assert_close(product(x), x @ weight.t() + bias, rtol=1e-5, atol=1e-5)
     if _bf16_packs():
         out = PackedMatmul.of(weight, bias, torch.bfloat16)(x)
