@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 from treespec.shared.cli.arg_types import positive_float, positive_int
 from treespec.shared.cli.eagle_flags import add_drafting_arguments
 from treespec.shared.cli.speculation_flags import add_budget_arguments, add_cost_arguments
+from treespec.shared.launcher.shared_cores import shared_core_env
 
 # `bench eagle`: the co-located drafter's deadline per round; generous, so that a loaded machine never
 # falls back to plain decoding (which would measure the machine, not the drafter)
@@ -147,9 +150,19 @@ def _ngram(ns: argparse.Namespace) -> int:
 
 
 def _eagle(ns: argparse.Namespace) -> int:
+    _wait_as_colocated()
     from treespec.bench.eagle_bench import run
 
     return run(ns)
+
+
+def _wait_as_colocated() -> None:
+    """This process is the verifier side of the co-located drafter that `bench eagle` measures, so its
+    OpenMP threads wait as `treespec serve` starts a co-located verifier (every method of the run then
+    waits so; the user's own setting stands). libgomp reads the setting once, when torch loads: a
+    process that has loaded torch already keeps how it waits, and its record says so."""
+    if "torch" not in sys.modules:
+        os.environ.update(shared_core_env(os.environ))
 
 
 def _prefix(ns: argparse.Namespace) -> int:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -213,3 +215,34 @@ def test_the_report_says_how_each_side_of_the_colocated_pair_waited(monkeypatch:
     same = _waiting_line({"openmp_wait": drafter, "colocated_openmp_wait": drafter})
     assert same == f"OpenMP waits: this process {drafter}, the co-located drafter {drafter}"
     assert openmp_wait({"OMP_WAIT_POLICY": "passive"}) == "OMP_WAIT_POLICY=passive"
+
+
+_SETTING_AFTER_WAIT = (
+    "import os, sys\n"
+    "if sys.argv[1] == 'torch-first': import torch\n"
+    "from treespec.shared.cli.bench import _wait_as_colocated\n"
+    "_wait_as_colocated()\n"
+    "print(os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'))\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("preset", "order", "expected"),
+    [
+        ({}, "cli-first", f"{SPIN_COUNT} None"),
+        ({"OMP_WAIT_POLICY": "passive"}, "cli-first", "None passive"),
+        ({"GOMP_SPINCOUNT": "7"}, "cli-first", "7 None"),
+        ({}, "torch-first", "None None"),
+    ],
+)
+def test_the_bench_process_waits_as_a_colocated_verifier_unless_told_or_too_late(
+    preset: dict[str, str], order: str, expected: str
+) -> None:
+    """`bench eagle` sets the co-located verifier's short spin-waits in its own process before torch
+    (and libgomp, which reads the setting once) loads; the user's own setting stands, and a process
+    that loaded torch already is left as it is (its record then says how it really waits)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    env.update(preset)
+    command = [sys.executable, "-c", _SETTING_AFTER_WAIT, order]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == expected
