@@ -38,7 +38,8 @@ class PanelGemm:
     module: Any
 
     def pack(self, dense: torch.Tensor) -> PanelWeight:
-        """[in, out] float32 -> panels (columns padded with zeros to a multiple of PANEL)."""
+        """[in, out] float32 or bfloat16 -> panels in that dtype (columns padded with zeros to a multiple of
+        PANEL). Products read bfloat16 panels widened to float32 (exactly) and take float32 rows."""
         out = dense.shape[1]
         pad = -out % PANEL
         if pad:
@@ -77,7 +78,7 @@ def panel_linear(x: torch.Tensor, weight: PanelWeight) -> torch.Tensor:
 
 
 def reference_linear(x: torch.Tensor, weight: PanelWeight) -> torch.Tensor:
-    return x @ weight.to_dense()
+    return x @ weight.to_dense().to(x.dtype)
 
 
 def applies(device: torch.device, dtype: torch.dtype) -> bool:

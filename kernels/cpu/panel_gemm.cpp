@@ -1,4 +1,5 @@
-// y[M, N] = x[M, K] @ W[K, N] in float32, W packed once into column panels: [N / 32][K][32].
+// y[M, N] = x[M, K] @ W[K, N] in float32, W packed once into column panels: [N / 32][K][32], in float32 or
+// bfloat16 (widened to float32 as it is read: half the bytes to stream, the same float32 products).
 //
 // Built for the few rows of a decode or verify step (1-16), where library GEMMs lose to the time it
 // takes to stream the weights once: each panel is read from memory once, its next rows prefetched into
@@ -69,11 +70,29 @@ constexpr int kOneRowPanels = 2;
 #endif
 
 typedef float vec __attribute__((vector_size(kVecBytes)));
+typedef uint16_t half_vec __attribute__((vector_size(kVecBytes / 2)));
+typedef uint32_t bits_vec __attribute__((vector_size(kVecBytes)));
+
+// A vector of weights: float32 as they lie, or bfloat16 widened to float32 (its 16 bits are the top
+// half of the float32's, so the widening is exact: a zero-extension and a shift).
+inline vec load_weights(const float* p) {
+  vec v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+inline vec load_weights(const uint16_t* p) {
+  half_vec h;
+  __builtin_memcpy(&h, p, sizeof h);
+  const bits_vec bits = __builtin_convertvector(h, bits_vec) << 16;
+  vec v;
+  __builtin_memcpy(&v, &bits, sizeof v);
+  return v;
+}
 
 // Rows [M] of x times V vectors of columns of panels [P] (each K * kPanel floats apart; `panel` points
 // at the first column taken) into y's matching columns.
-template <int M, int P, int V>
-void micro_kernel(const float* x, int64_t ldx, const float* panel, int64_t K, float* y, int64_t ldy) {
+template <int M, int P, int V, typename W>
+void micro_kernel(const float* x, int64_t ldx, const W* panel, int64_t K, float* y, int64_t ldy) {
   constexpr int kAcc = P * V;
   const int64_t stride = K * kPanel;
   vec acc[M][kAcc];
@@ -83,10 +102,11 @@ void micro_kernel(const float* x, int64_t ldx, const float* panel, int64_t K, fl
   for (int64_t k = 0; k < K; ++k) {
     vec w[kAcc];
     _Pragma("GCC unroll 32") for (int q = 0; q < P; ++q) {
-      const float* row = panel + q * stride + k * kPanel;
-      __builtin_prefetch(row + kAhead * kPanel, 0, 2);
-      __builtin_prefetch(row + kAhead * kPanel + 16, 0, 2);  // the whole panel row: a slice's sibling too
-      _Pragma("GCC unroll 32") for (int v = 0; v < V; ++v) __builtin_memcpy(&w[q * V + v], row + v * kLanes, sizeof(vec));
+      const W* row = panel + q * stride + k * kPanel;
+      const char* ahead = reinterpret_cast<const char*>(row + kAhead * kPanel);
+      __builtin_prefetch(ahead, 0, 2);
+      if (sizeof(W) * kPanel > 64) __builtin_prefetch(ahead + 64, 0, 2);  // the whole panel row: a slice's sibling too
+      _Pragma("GCC unroll 32") for (int v = 0; v < V; ++v) w[q * V + v] = load_weights(row + v * kLanes);
     }
     _Pragma("GCC unroll 32") for (int m = 0; m < M; ++m) {
       const float b = x[m * ldx + k];
@@ -102,22 +122,26 @@ void micro_kernel(const float* x, int64_t ldx, const float* panel, int64_t K, fl
   }
 }
 
-using MicroKernel = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t);
+template <typename W>
+using MicroKernel = void (*)(const float*, int64_t, const W*, int64_t, float*, int64_t);
 
-template <int V, int... M>
-constexpr std::array<MicroKernel, sizeof...(M) + 1> kernel_table(std::integer_sequence<int, M...>) {
-  return {nullptr, &micro_kernel<M + 1, 1, V>...};
+template <typename W, int V, int... M>
+constexpr std::array<MicroKernel<W>, sizeof...(M) + 1> kernel_table(std::integer_sequence<int, M...>) {
+  return {nullptr, &micro_kernel<M + 1, 1, V, W>...};
 }
 
 // kFewRows[rows]: the whole-panel micro-kernel for 1..kMaxRows rows; kManyRowsKernels[rows]: the
 // slice micro-kernel for 1..kManyRows rows.
-constexpr auto kFewRows = kernel_table<kVecs>(std::make_integer_sequence<int, kMaxRows>{});
-constexpr auto kManyRowsKernels = kernel_table<kSliceVecs>(std::make_integer_sequence<int, kManyRows>{});
+template <typename W>
+constexpr auto kFewRows = kernel_table<W, kVecs>(std::make_integer_sequence<int, kMaxRows>{});
+template <typename W>
+constexpr auto kManyRowsKernels = kernel_table<W, kSliceVecs>(std::make_integer_sequence<int, kManyRows>{});
 
 // Rows of x in chunks of at most `max_rows`, as even as can be (AVX2, 13 rows in chunks of up to 6: 5, 4,
 // 4, not 6, 6, 1), times panel p, slice by slice (`slices` of them, `table[rows]` multiplying one).
-void panel_chunks(const MicroKernel* table, int max_rows, int slices, const float* x, int64_t M, int64_t K,
-                  const float* panel, float* y, int64_t N) {
+template <typename W>
+void panel_chunks(const MicroKernel<W>* table, int max_rows, int slices, const float* x, int64_t M, int64_t K,
+                  const W* panel, float* y, int64_t N) {
   const int64_t chunks = (M + max_rows - 1) / max_rows;
   const int64_t width = kPanel / slices;
   for (int s = 0; s < slices; ++s) {
@@ -135,48 +159,59 @@ void panel_chunks(const MicroKernel* table, int max_rows, int slices, const floa
 // 32, but 1.1x for 8). Every chunk multiplies a panel before the next panel is read, so the weights
 // stream from memory once whatever the row count (chunk by chunk, they were read once per chunk: with
 // AVX2, 5 rows took 1.4x as long as 4, a prefill a pass over the weights per 4 rows).
-void panel_range(const float* x, int64_t M, int64_t K, const float* panels, int64_t p0, int64_t p1,
-                 float* y, int64_t N) {
+template <typename W>
+void panel_range(const float* x, int64_t M, int64_t K, const W* panels, int64_t p0, int64_t p1, float* y,
+                 int64_t N) {
   int64_t p = p0;
   if (M == 1) {
     for (; p + kOneRowPanels <= p1; p += kOneRowPanels) {
-      micro_kernel<1, kOneRowPanels, kVecs>(x, K, panels + p * K * kPanel, K, y + p * kPanel, N);
+      micro_kernel<1, kOneRowPanels, kVecs, W>(x, K, panels + p * K * kPanel, K, y + p * kPanel, N);
     }
   }
   const bool sliced = M > kChunkedRows;
   for (; p < p1; ++p) {
-    const float* panel = panels + p * K * kPanel;
+    const W* panel = panels + p * K * kPanel;
     if (sliced) {
-      panel_chunks(kManyRowsKernels.data(), kManyRows, kManySlices, x, M, K, panel, y + p * kPanel, N);
+      panel_chunks(kManyRowsKernels<W>.data(), kManyRows, kManySlices, x, M, K, panel, y + p * kPanel, N);
     } else {
-      panel_chunks(kFewRows.data(), kMaxRows, 1, x, M, K, panel, y + p * kPanel, N);
+      panel_chunks(kFewRows<W>.data(), kMaxRows, 1, x, M, K, panel, y + p * kPanel, N);
     }
   }
 }
 
 }  // namespace
 
-// W [K, N] float32 (N a multiple of 32) -> panels [N / 32, K, 32].
+bool packable(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kBFloat16;
+}
+
+// W [K, N] float32 or bfloat16 (N a multiple of 32) -> panels [N / 32, K, 32] in W's dtype.
 torch::Tensor pack(const torch::Tensor& weight) {
-  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == torch::kFloat32, "pack: need a 2-D float32 weight");
+  TORCH_CHECK(weight.dim() == 2 && packable(weight), "pack: need a 2-D float32 or bfloat16 weight");
   TORCH_CHECK(weight.size(1) % kPanel == 0, "pack: columns must be a multiple of ", kPanel);
   const int64_t K = weight.size(0), N = weight.size(1);
   return weight.view({K, N / kPanel, kPanel}).permute({1, 0, 2}).contiguous();
 }
 
-// x [M, K] float32, panels [P, K, 32] -> y [M, P * 32].
+// x [M, K] float32, panels [P, K, 32] float32 or bfloat16 -> y [M, P * 32] float32.
 torch::Tensor matmul(const torch::Tensor& x_in, const torch::Tensor& panels) {
   TORCH_CHECK(x_in.dim() == 2 && x_in.scalar_type() == torch::kFloat32, "matmul: need a 2-D float32 input");
-  TORCH_CHECK(panels.dim() == 3 && panels.size(2) == kPanel && panels.is_contiguous(), "matmul: bad panels");
+  TORCH_CHECK(panels.dim() == 3 && panels.size(2) == kPanel && panels.is_contiguous() && packable(panels),
+              "matmul: bad panels");
   TORCH_CHECK(x_in.size(1) == panels.size(1), "matmul: input width ", x_in.size(1), " != ", panels.size(1));
   const torch::Tensor x = x_in.contiguous();
   const int64_t M = x.size(0), K = x.size(1), P = panels.size(0), N = P * kPanel;
   torch::Tensor y = torch::empty({M, N}, x.options());
   if (M == 0 || N == 0) return y;
   const float* xs = x.data_ptr<float>();
-  const float* ps = panels.data_ptr<float>();
   float* ys = y.data_ptr<float>();
-  at::parallel_for(0, P, 1, [&](int64_t begin, int64_t end) { panel_range(xs, M, K, ps, begin, end, ys, N); });
+  if (panels.scalar_type() == torch::kBFloat16) {
+    const auto* ps = reinterpret_cast<const uint16_t*>(panels.data_ptr<at::BFloat16>());
+    at::parallel_for(0, P, 1, [&](int64_t begin, int64_t end) { panel_range(xs, M, K, ps, begin, end, ys, N); });
+  } else {
+    const float* ps = panels.data_ptr<float>();
+    at::parallel_for(0, P, 1, [&](int64_t begin, int64_t end) { panel_range(xs, M, K, ps, begin, end, ys, N); });
+  }
   return y;
 }
 

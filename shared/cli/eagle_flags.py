@@ -61,8 +61,9 @@ def add_drafting_arguments(parser: argparse.ArgumentParser | argparse._ArgumentG
         "--speculative-eagle-matmul-dtype",
         dest="eagle_matmul_dtype",
         choices=MATMUL_DTYPES,
-        help="the dtype of the head's products when it drafts on a CPU (default: auto, bfloat16 where "
-        "the CPU multiplies it natively, else float32); the draft only, never the output",
+        help="the dtype of the head's weights when it drafts on a CPU (default: auto, bfloat16 where the "
+        "CPU multiplies it natively or the panel kernel builds, else float32); the draft only, never the "
+        "output",
     )
 
 

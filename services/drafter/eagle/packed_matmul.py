@@ -1,17 +1,22 @@
 """How the head's matmuls run when it drafts on a CPU: weights packed once, in float32 or in bfloat16.
 
 A drafting level multiplies a few rows by every weight of the head, so, like a target decode step, it
-is bound by reading the weights. On a CPU with native bfloat16 dot products (AVX512-BF16, AMX), weights
-packed in bfloat16 are half the bytes to read: with the shipped SmolLM2 head, drafting took 10.8 ms per
+is bound by reading the weights. Weights in bfloat16 are half the bytes to read: with the shipped
+SmolLM2 head on a CPU with native bfloat16 dot products (AVX512-BF16, AMX), drafting took 10.8 ms per
 verify step against 13.8 ms in float32, at the same acceptance length (`treespec bench eagle --quick`,
-README). The activations stay in the target's dtype; only the products run in bfloat16, which moves
-the draft a little and never the output (verification is exact).
+README). Only the weights are rounded to bfloat16; this moves the draft a little and never the output
+(verification is exact).
 
-In float32 the weights take the panel layout of the target's own kernel (kernels/panel_gemm.py) where
-it builds, else oneDNN's: oneDNN streams the weights of a few rows several times slower on some CPUs
-(on a 2-core AMD EPYC with AVX2 alone, a 576 x 1,536 product of 4 rows: 0.27 ms against 0.08 ms in
-panels), and drafting there took a quarter of EAGLE3's time. bfloat16 weights stay with oneDNN.
-Elsewhere (a GPU, a head in another dtype) the head runs as plain torch modules.
+The weights take the panel layout of the target's own kernel (kernels/panel_gemm.py) where it builds,
+else oneDNN's: oneDNN streams the weights of a few rows several times slower on some CPUs (on a 2-core
+AMD EPYC with AVX2 alone, a 576 x 1,536 product of 4 rows: 0.27 ms against 0.08 ms in panels), and
+drafting there took a quarter of EAGLE3's time. In bfloat16 the panel kernel widens each weight to
+float32 as it reads it (exact) and multiplies float32 rows, so it runs on any x86-64 CPU (oneDNN
+multiplies bfloat16 only with AVX-512 or AMX): on that AVX2 machine the head's products of a drafting
+step (a scratch script, the weights evicted by a target forward between steps) took 5.6 ms in bfloat16
+panels against 7.5 ms in float32 ones. Where the CPU has native bfloat16 dot products, bfloat16 weights
+stay with oneDNN (not measured against the panels there). Elsewhere (a GPU, a head in another dtype)
+the head runs as plain torch modules.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ log = logging.getLogger(__name__)
 class MatmulDtype(StrEnum):
     """`--speculative-eagle-matmul-dtype`."""
 
-    AUTO = "auto"  # bfloat16 where the CPU multiplies it natively, else float32
+    AUTO = "auto"  # bfloat16 where the CPU multiplies it natively or the panel kernel builds, else float32
     FLOAT32 = "float32"
     BFLOAT16 = "bfloat16"
 
@@ -53,15 +58,25 @@ class PackedMatmul:
         return cls(_pack(dense), packed_bias, dtype)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == self.dtype:
+        if x.dtype == self.dtype or isinstance(self.weight, PanelWeight):  # panels take float32 rows
             return linear(x, self.weight, self.bias)
         return linear(x.to(self.dtype), self.weight, self.bias).to(x.dtype)
 
 
 def _pack(dense: torch.Tensor) -> torch.Tensor | PanelWeight:
-    """Panels for a float32 CPU weight where the kernel builds, else oneDNN's layout."""
-    gemm = panel_gemm.panel_gemm() if panel_gemm.applies(dense.device, dense.dtype) else None
+    """Panels for a CPU weight where the kernel builds (bfloat16 ones only where the CPU has no native
+    bfloat16 dot products), else oneDNN's layout."""
+    gemm = _bf16_panels() if dense.dtype == torch.bfloat16 else None
+    if dense.dtype == torch.float32 and panel_gemm.applies(dense.device, dense.dtype):
+        gemm = panel_gemm.panel_gemm()
     return gemm.pack(dense) if gemm is not None else pack_weight(dense)
+
+
+def _bf16_panels() -> panel_gemm.PanelGemm | None:
+    """The panel kernel, for bfloat16 weights on a CPU without native bfloat16 dot products."""
+    if _native_bf16() or not panel_gemm.applies(torch.device("cpu"), torch.float32):
+        return None
+    return panel_gemm.panel_gemm()
 
 
 def packed_dtype(choice: MatmulDtype, device: torch.device, dtype: torch.dtype) -> torch.dtype | None:
@@ -74,16 +89,16 @@ def packed_dtype(choice: MatmulDtype, device: torch.device, dtype: torch.dtype) 
     if choice is MatmulDtype.FLOAT32:
         return torch.float32
     native = _native_bf16()
-    if choice is MatmulDtype.AUTO and not native:
+    if choice is MatmulDtype.AUTO and not native and _bf16_panels() is None:
         return torch.float32
     if not _bf16_packing_works():
         if choice is MatmulDtype.BFLOAT16:
             raise ValueError(
-                "this CPU and torch build cannot multiply bfloat16 weights with oneDNN (it needs AVX-512 "
-                "or AMX); use --speculative-eagle-matmul-dtype float32 or auto"
+                "this CPU and torch build cannot multiply bfloat16 weights (oneDNN needs AVX-512 or AMX, "
+                "the panel kernel did not build); use --speculative-eagle-matmul-dtype float32 or auto"
             )
         return torch.float32
-    if not native:
+    if not native and _bf16_panels() is None:
         log.warning("this CPU has no native bfloat16 dot products: bfloat16 head matmuls may be slow")
     return torch.bfloat16
 

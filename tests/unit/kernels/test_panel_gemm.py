@@ -21,16 +21,21 @@ def gemm() -> PanelGemm:
     return built
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows", [0, 1, 2, 3, 7, 8, 9, 16, 17, 40])
 @pytest.mark.parametrize(("inputs", "outputs"), [(64, 96), (37, 64), (128, 50), (576, 32)])
-def test_it_multiplies_as_the_reference(gemm: PanelGemm, rows: int, inputs: int, outputs: int) -> None:
+def test_it_multiplies_as_the_reference(
+    gemm: PanelGemm, rows: int, inputs: int, outputs: int, dtype: torch.dtype
+) -> None:
+    """float32 weights, or bfloat16 ones widened exactly: the product of the rounded weights."""
     generator = torch.Generator().manual_seed(rows * 1000 + inputs + outputs)
-    dense = torch.randn(inputs, outputs, generator=generator)
+    dense = torch.randn(inputs, outputs, generator=generator).to(dtype)
     x = torch.randn(rows, inputs, generator=generator)
     weight = gemm.pack(dense)
+    assert weight.panels.dtype == dtype
     got = linear(x, weight)
-    assert got.shape == (rows, outputs) and got.is_contiguous()
-    torch.testing.assert_close(got, x @ dense, rtol=1e-5, atol=1e-4)
+    assert got.shape == (rows, outputs) and got.is_contiguous() and got.dtype == torch.float32
+    torch.testing.assert_close(got, x @ dense.float(), rtol=1e-5, atol=1e-4)
     torch.testing.assert_close(got, reference_linear(x, weight), rtol=1e-5, atol=1e-4)
 
 
@@ -43,13 +48,16 @@ def test_the_layout_keeps_the_values_and_pads_the_columns(gemm: PanelGemm) -> No
     assert torch.equal(weight.panels[1, :, 45 - PANEL :], torch.zeros(20, 2 * PANEL - 45))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("outputs", [128, 160])
-def test_a_rows_result_does_not_depend_on_the_rows_beside_it(gemm: PanelGemm, outputs: int) -> None:
+def test_a_rows_result_does_not_depend_on_the_rows_beside_it(
+    gemm: PanelGemm, outputs: int, dtype: torch.dtype
+) -> None:
     """A verify step's row equals the decode step's bit for bit: one FMA chain per output element,
     however the rows are grouped and whether a lone row takes one panel per call or two (160
     columns: five panels, an odd one left over)."""
     generator = torch.Generator().manual_seed(3)
-    weight = gemm.pack(torch.randn(300, outputs, generator=generator))
+    weight = gemm.pack(torch.randn(300, outputs, generator=generator).to(dtype))
     x = torch.randn(13, 300, generator=generator)
     together = linear(x, weight)
     for i in range(x.shape[0]):
@@ -70,6 +78,8 @@ def test_it_refuses_what_it_cannot_multiply(gemm: PanelGemm) -> None:
         linear(torch.randn(2, 17), weight)
     with pytest.raises(RuntimeError, match="float32"):
         linear(torch.randn(2, 16, dtype=torch.float64), weight)
+    with pytest.raises(RuntimeError, match="float32 or bfloat16"):
+        gemm.pack(torch.randn(16, 32, dtype=torch.float16))
 
 
 def test_the_loader_packs_every_matmul_into_panels_on_cpu_float32(tmp_path: Path) -> None:

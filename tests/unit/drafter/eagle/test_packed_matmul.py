@@ -91,7 +91,11 @@ def test_the_matmul_dtype_follows_the_option_and_the_cpu(monkeypatch: pytest.Mon
     with pytest.raises(ValueError, match="bfloat16 head matmuls need"):
         packed_dtype(MatmulDtype.BFLOAT16, CPU, torch.float64)
     monkeypatch.setattr(packed_matmul, "_native_bf16", lambda: False)
-    assert packed_dtype(MatmulDtype.AUTO, CPU, torch.float32) == torch.float32
+    # Without native bfloat16, auto takes it where the panel kernel multiplies it.
+    panels = packed_matmul._bf16_panels() is not None
+    assert packed_dtype(MatmulDtype.AUTO, CPU, torch.float32) == (torch.bfloat16 if panels else torch.float32)
+    if panels:
+        assert isinstance(PackedMatmul.of(torch.randn(40, 8), None, torch.bfloat16).weight, PanelWeight)
     monkeypatch.setattr(packed_matmul, "_native_bf16", lambda: True)
     want = torch.bfloat16 if _bf16_packs() else torch.float32
     assert packed_dtype(MatmulDtype.AUTO, CPU, torch.float32) == want
