@@ -179,11 +179,11 @@ void panel_range(const float* x, int64_t M, int64_t K, const W* panels, int64_t 
   }
 }
 
-}  // namespace
-
 bool packable(const torch::Tensor& t) {
   return t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kBFloat16;
 }
+
+}  // namespace
 
 // W [K, N] float32 or bfloat16 (N a multiple of 32) -> panels [N / 32, K, 32] in W's dtype.
 torch::Tensor pack(const torch::Tensor& weight) {
@@ -205,12 +205,13 @@ torch::Tensor matmul(const torch::Tensor& x_in, const torch::Tensor& panels) {
   if (M == 0 || N == 0) return y;
   const float* xs = x.data_ptr<float>();
   float* ys = y.data_ptr<float>();
+  const auto run = [&](const auto* ps) {
+    at::parallel_for(0, P, 1, [&](int64_t begin, int64_t end) { panel_range(xs, M, K, ps, begin, end, ys, N); });
+  };
   if (panels.scalar_type() == torch::kBFloat16) {
-    const auto* ps = reinterpret_cast<const uint16_t*>(panels.data_ptr<at::BFloat16>());
-    at::parallel_for(0, P, 1, [&](int64_t begin, int64_t end) { panel_range(xs, M, K, ps, begin, end, ys, N); });
+    run(reinterpret_cast<const uint16_t*>(panels.data_ptr<at::BFloat16>()));
   } else {
-    const float* ps = panels.data_ptr<float>();
-    at::parallel_for(0, P, 1, [&](int64_t begin, int64_t end) { panel_range(xs, M, K, ps, begin, end, ys, N); });
+    run(panels.data_ptr<float>());
   }
   return y;
 }

@@ -66,9 +66,10 @@ class PackedMatmul:
 def _pack(dense: torch.Tensor) -> torch.Tensor | PanelWeight:
     """Panels for a CPU weight where the kernel builds (bfloat16 ones only where the CPU has no native
     bfloat16 dot products), else oneDNN's layout."""
-    gemm = _bf16_panels() if dense.dtype == torch.bfloat16 else None
-    if dense.dtype == torch.float32 and panel_gemm.applies(dense.device, dense.dtype):
-        gemm = panel_gemm.panel_gemm()
+    if dense.dtype == torch.bfloat16:
+        gemm = _bf16_panels()
+    else:
+        gemm = panel_gemm.panel_gemm() if panel_gemm.applies(dense.device, dense.dtype) else None
     return gemm.pack(dense) if gemm is not None else pack_weight(dense)
 
 
@@ -88,8 +89,8 @@ def packed_dtype(choice: MatmulDtype, device: torch.device, dtype: torch.dtype) 
         return None
     if choice is MatmulDtype.FLOAT32:
         return torch.float32
-    native = _native_bf16()
-    if choice is MatmulDtype.AUTO and not native and _bf16_panels() is None:
+    fast = _native_bf16() or _bf16_panels() is not None  # no slower than float32
+    if choice is MatmulDtype.AUTO and not fast:
         return torch.float32
     if not _bf16_packing_works():
         if choice is MatmulDtype.BFLOAT16:
@@ -98,7 +99,7 @@ def packed_dtype(choice: MatmulDtype, device: torch.device, dtype: torch.dtype) 
                 "the panel kernel did not build); use --speculative-eagle-matmul-dtype float32 or auto"
             )
         return torch.float32
-    if not native and _bf16_panels() is None:
+    if not fast:
         log.warning("this CPU has no native bfloat16 dot products: bfloat16 head matmuls may be slow")
     return torch.bfloat16
 
