@@ -14,6 +14,7 @@ from treespec.drafter.eagle import packed_matmul
 from treespec.drafter.eagle.checkpoint import TargetShape, load_head
 from treespec.drafter.eagle.head import EagleHead, attend
 from treespec.drafter.eagle.packed_matmul import MatmulDtype, PackedMatmul, packed_dtype
+from treespec.kernels import panel_gemm
 from treespec.kernels.panel_gemm import PanelWeight
 from treespec.shared.cli.eagle_flags import MATMUL_DTYPES
 
@@ -99,6 +100,16 @@ def test_the_matmul_dtype_follows_the_option_and_the_cpu(monkeypatch: pytest.Mon
     monkeypatch.setattr(packed_matmul, "_native_bf16", lambda: True)
     want = torch.bfloat16 if _bf16_packs() else torch.float32
     assert packed_dtype(MatmulDtype.AUTO, CPU, torch.float32) == want
+
+
+def test_bfloat16_weights_take_the_panels_unless_the_cpu_has_amx(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(packed_matmul, "_amx", lambda: False)
+    builds = panel_gemm.applies(CPU, torch.float32)  # x86-64 with a compiler, as on CI
+    assert (packed_matmul._bf16_panels() is not None) == builds
+    assert isinstance(PackedMatmul.of(torch.randn(40, 8), None, torch.bfloat16).weight, PanelWeight) == builds
+    monkeypatch.setattr(packed_matmul, "_amx", lambda: True)
+    assert packed_matmul._bf16_panels() is None
+    assert not isinstance(PackedMatmul.of(torch.randn(40, 8), None, torch.bfloat16).weight, PanelWeight)
 
 
 def test_the_cli_offers_every_matmul_dtype() -> None:
