@@ -11,82 +11,29 @@ from typing import Any
 import pytest
 import torch
 
-from tests.unit.drafter.eagle.public_checkpoints import write_eagle, write_eagle3
+from tests.unit.drafter.eagle.engine_runs import (
+    EAGLE,
+    PLAIN,
+    check_tree,
+    grown_request,
+    make_drafter,
+    run_prompts,
+    run_requests,
+    tiny_engine,
+)
 from treespec.drafter.eagle import packed_matmul
-from treespec.drafter.eagle.drafter import EagleDrafter
-from treespec.drafter.eagle.head import attend
 from treespec.drafter.eagle.tree_search import SearchTree
-from treespec.drafter.merged import drafter as merged_drafter
-from treespec.drafter.merged.drafter import MergedDrafter
-from treespec.drafter.ngram.drafter import NgramDrafter
-from treespec.kernels.tree_mask import tree_depths, validate_tree
+from treespec.kernels.tree_mask import tree_depths
 from treespec.shared.cli.main import build_parser
 from treespec.shared.cli.plugin_flags import plugin_options
-from treespec.shared.drafting.drafter import Drafter, DrafterContext, DraftQuery
-from treespec.shared.drafting.registry import create_drafter
-from treespec.shared.drafting.target_access import LocalTargetAccess
+from treespec.shared.drafting.drafter import DraftQuery
 from treespec.shared.drafting.token_tree import TokenTree, TreeBudget
-from treespec.shared.drafting.tree_merge import merge_trees
 from treespec.shared.model.causal_lm import CausalLM
-from treespec.verifier.config import EngineConfig
-from treespec.verifier.engine import Engine
 from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
 
 # The tiny models gain nothing from threads, and on a busy 2-core machine torch's spinning threads
 # make every step many times slower.
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-VOCAB, HIDDEN, LAYERS = 97, 64, 3
-PLAIN = SpeculationParams(enabled=False)
-EAGLE = SpeculationParams(num_draft_tokens=8, num_steps=4, eagle_topk=3)
-
-
-@pytest.fixture(scope="module")
-def heads(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    base = tmp_path_factory.mktemp("heads")
-    return {
-        "eagle": write_eagle(base / "eagle", HIDDEN, VOCAB),
-        "eagle3": write_eagle3(base / "eagle3", HIDDEN, VOCAB, LAYERS, draft_vocab=60),
-    }
-
-
-def make_drafter(name: str, head: Path, model: CausalLM, path: Path, **options: Any) -> EagleDrafter:
-    """level_cost 0 unless given: a random head's flat distributions would rarely be worth a second
-    level against the tiny target, and these tests are about deep trees."""
-    options = {"draft_path": str(head), "level_cost": 0.0, **options}
-    context = DrafterContext(VOCAB, path, options, LocalTargetAccess(model))
-    drafter = create_drafter(name, context)
-    assert isinstance(drafter, EagleDrafter)
-    return drafter
-
-
-def _prompts() -> dict[str, list[int]]:
-    rng = random.Random(1)
-    return {f"p{i}": [rng.randrange(3, VOCAB) for _ in range(n)] for i, n in enumerate([1, 5, 17, 40, 9])}
-
-
-def _requests(spec: SpeculationParams | list[SpeculationParams], n: int = 40) -> list[GenerationRequest]:
-    specs = spec if isinstance(spec, list) else [spec] * len(_prompts())
-    sampling = SamplingParams(temperature=0.0, max_new_tokens=n, ignore_eos=True)
-    return [
-        GenerationRequest(rid, p, sampling, s) for (rid, p), s in zip(_prompts().items(), specs, strict=True)
-    ]
-
-
-def _engine(path: Path, model: CausalLM, drafter: Drafter | None, chunk: int = 512) -> Engine:
-    """Verify rows are free (node cost 0): a measured cost depends on the machine's load, and these
-    tests are about what the head proposes; test_kept_nodes_pay_for_their_verify_rows covers the cost."""
-    config = EngineConfig(
-        model_path=path, page_size=4, max_total_tokens=4096, chunked_prefill_size=chunk, node_cost=0.0
-    )
-    return Engine(config, drafter, model)
-
-
-@pytest.fixture(scope="module")
-def reference(tiny_path: Path, tiny_model: CausalLM) -> dict[str, list[int]]:
-    results = _engine(tiny_path, tiny_model, None).generate(_requests(PLAIN))
-    return {rid: r.token_ids for rid, r in results.items()}
-
 
 # About the median path probability of the frontiers these random heads expand: some levels are worth
 # growing, some not.
@@ -116,8 +63,8 @@ def test_greedy_output_equals_plain_decoding(
     monkeypatch.setattr(SearchTree, "mass", recorded)
     budgets = [EAGLE, SpeculationParams(num_draft_tokens=4, num_steps=2, eagle_topk=2), EAGLE, PLAIN, EAGLE]
     # A small prefill chunk: prompts arrive over several steps, their features held until the last.
-    engine = _engine(tiny_path, tiny_model, drafter, chunk=8)
-    results = engine.generate(_requests(budgets))
+    engine = tiny_engine(tiny_path, tiny_model, drafter, chunk=8)
+    results = engine.generate(run_requests(budgets))
     assert {rid: r.token_ids for rid, r in results.items()} == reference
     assert engine.stats.drafted_tokens > 0
     assert engine.num_free_blocks == engine.allocator.num_blocks
@@ -140,8 +87,8 @@ def test_greedy_output_equals_plain_decoding_in_either_matmul_dtype(
         return
     drafter = make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path, matmul_dtype=matmul_dtype)
     assert drafter.head.matmul_dtype == getattr(torch, matmul_dtype)
-    engine = _engine(tiny_path, tiny_model, drafter)
-    results = engine.generate(_requests(EAGLE))
+    engine = tiny_engine(tiny_path, tiny_model, drafter)
+    results = engine.generate(run_requests(EAGLE))
     assert {rid: r.token_ids for rid, r in results.items()} == reference
     assert engine.stats.drafted_tokens > 0
 
@@ -153,31 +100,14 @@ def test_an_unknown_matmul_dtype_is_refused(
         make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path, matmul_dtype="float16")
 
 
-def _check_tree(tree: TokenTree, root: int, budget: TreeBudget, full: bool = True) -> None:
-    problem = validate_tree(
-        tree.tokens,
-        tree.parents,
-        tree.probs,
-        vocab_size=VOCAB,
-        max_nodes=budget.num_draft_tokens,
-        max_depth=budget.num_steps,
-        max_children=budget.topk,
-    )
-    assert problem is None, problem
-    assert int(tree.tokens[0]) == root
-    if full:  # the search always finds enough nodes here
-        assert tree.num_nodes == budget.num_draft_tokens
-    assert int(tree_depths(tree.parents).max()) <= budget.num_steps
-
-
 @pytest.mark.parametrize("name", ["eagle", "eagle3"])
 def test_trees_respect_every_budget(
     name: str, heads: dict[str, Path], tiny_path: Path, tiny_model: CausalLM
 ) -> None:
     rng = random.Random(3)
     drafter = make_drafter(name, heads[name], tiny_model, tiny_path)
-    engine = _engine(tiny_path, tiny_model, drafter)
-    prompts = _prompts()
+    engine = tiny_engine(tiny_path, tiny_model, drafter)
+    prompts = run_prompts()
     checked = 0
     for rid, prompt in prompts.items():
         # Plain steps through the engine (which publishes features); ask the drafter with random budgets.
@@ -197,21 +127,9 @@ def test_trees_respect_every_budget(
             budget = TreeBudget(nodes, steps, topk)
             (tree,) = drafter.propose([DraftQuery(rid, budget)])
             assert tree is not None
-            _check_tree(tree, state.tokens[-1], budget)
+            check_tree(tree, state.tokens[-1], budget)
             checked += 1
     assert checked > 50
-
-
-def _grown_request(
-    drafter: EagleDrafter, tiny_path: Path, tiny_model: CausalLM, prompt_name: str = "p3"
-) -> None:
-    """Request "r" decoded a few tokens through the engine, so that the drafter holds its features."""
-    engine = _engine(tiny_path, tiny_model, drafter)
-    prompt = _prompts()[prompt_name]
-    sampling = SamplingParams(temperature=0.0, max_new_tokens=20, ignore_eos=True)
-    engine.add_request(GenerationRequest("r", prompt, sampling, PLAIN))
-    while "r" not in drafter._requests or len(drafter._requests["r"].tokens) < len(prompt) + 4:
-        engine.step()
 
 
 def test_draft_probabilities_are_a_distribution_per_parent(
@@ -219,7 +137,7 @@ def test_draft_probabilities_are_a_distribution_per_parent(
 ) -> None:
     drafter = make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path)
     no_probs = make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path, draft_probs=False)
-    _grown_request(drafter, tiny_path, tiny_model, "p2")
+    grown_request(drafter, tiny_path, tiny_model, "p2")
     no_probs._requests["r"] = drafter._requests["r"]
     budget = TreeBudget(10, 3, 4)
     (tree,) = drafter.propose([DraftQuery("r", budget)])
@@ -260,7 +178,7 @@ def test_unlikely_nodes_are_left_out(heads: dict[str, Path], tiny_path: Path, ti
         p: make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path, min_path_prob=p)
         for p in (0.0, 0.05, 0.999999)
     }
-    _grown_request(drafters[0.0], tiny_path, tiny_model)
+    grown_request(drafters[0.0], tiny_path, tiny_model)
     sizes = {}
     for p, drafter in drafters.items():
         drafter._requests["r"] = drafters[0.0]._requests["r"]
@@ -296,7 +214,7 @@ def test_a_level_grows_only_while_its_nodes_are_worth_a_head_step(
         cost: make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path, level_cost=cost)
         for cost in (0.0, 0.999)
     }
-    _grown_request(drafters[0.0], tiny_path, tiny_model)
+    grown_request(drafters[0.0], tiny_path, tiny_model)
     drafters[0.999]._requests["r"] = drafters[0.0]._requests["r"]
     budget = TreeBudget(12, 4, 3)
     depths = {}
@@ -358,7 +276,7 @@ def test_levels_that_cannot_change_the_tree_are_skipped_and_the_trees_stay_the_s
     drafters = {
         mode: make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path) for mode in ("skip", "all")
     }
-    _grown_request(drafters["skip"], tiny_path, tiny_model)
+    grown_request(drafters["skip"], tiny_path, tiny_model)
     drafters["all"]._requests["r"] = drafters["skip"]._requests["r"]
     passes = dict.fromkeys(drafters, 0)
     for mode, drafter in drafters.items():
@@ -402,105 +320,3 @@ def test_kept_nodes_pay_for_their_verify_rows() -> None:
     # a tree's fixed cost on top: 1.7/1.5 = 1.13, 2.12/1.8 = 1.18, 2.33/2.1 = 1.11 at 0.2 and 0.3
     assert search(0.3, tree_cost=0.2).kept() == [1, 3]
     assert search(0.3, tree_cost=0.8).kept() == []  # 2.12/2.4 < 1: plain decoding is faster
-
-
-def _merged(head: Path, model: CausalLM, path: Path, **ngram: Any) -> MergedDrafter:
-    options = {"draft_path": str(head), "level_cost": 0.0, "ngram": ngram}
-    drafter = create_drafter("eagle3", DrafterContext(VOCAB, path, options, LocalTargetAccess(model)))
-    assert isinstance(drafter, MergedDrafter)
-    assert isinstance(drafter.lead, EagleDrafter) and isinstance(drafter.drafters[1], NgramDrafter)
-    return drafter
-
-
-def test_eagle_merged_with_ngram_matches_equals_plain_decoding_and_drafts_more(
-    heads: dict[str, Path],
-    tiny_path: Path,
-    tiny_model: CausalLM,
-    reference: dict[str, list[int]],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    merges: list[TokenTree | None] = []
-
-    def recorded(trees: list[TokenTree], budget: TreeBudget) -> TokenTree | None:
-        merges.append(merge_trees(trees, budget))
-        if merges[-1] is not None:
-            _check_tree(merges[-1], int(trees[0].tokens[0]), budget, full=False)
-        return merges[-1]
-
-    monkeypatch.setattr(merged_drafter, "merge_trees", recorded)
-    accepted = {}
-    for name, drafter in (
-        ("eagle3", make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path)),
-        ("merged", _merged(heads["eagle3"], tiny_model, tiny_path, min_path_prob=0.0)),
-    ):
-        engine = _engine(tiny_path, tiny_model, drafter)
-        results = engine.generate(_requests(EAGLE))
-        assert {rid: r.token_ids for rid, r in results.items()} == reference
-        accepted[name] = engine.stats.accepted_tokens
-    # The tiny random target repeats itself, which the n-gram matches catch and a random head does not.
-    assert accepted["merged"] > accepted["eagle3"]
-    assert any(t is not None and t.probs is None for t in merges)  # trees mixing both drafters' nodes
-
-
-def test_the_ngram_flag_merges_ngram_trees_into_eagle_ones(
-    heads: dict[str, Path], tiny_path: Path, tiny_model: CausalLM
-) -> None:
-    command = ["serve", "--speculative-eagle-ngram", "--redis-url", "redis://h:1/0"]
-    ns = build_parser().parse_args([*command, "--speculative-ngram-max-bfs-breadth", "3"])
-    assert plugin_options(ns, "EAGLE3") == {"ngram": {"redis_url": "redis://h:1/0", "max_bfs_breadth": 3}}
-    assert plugin_options(build_parser().parse_args(["serve", "--speculative-eagle-ngram"]), "EAGLE") == {
-        "ngram": {}
-    }
-    with pytest.raises(ValueError, match="n-gram option"):
-        _merged(heads["eagle3"], tiny_model, tiny_path, bogus=1)
-    with pytest.raises(ValueError, match="ngram must be a dict"):
-        make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path, ngram=True)
-
-
-def _path(tree: TokenTree, node: int) -> list[int]:
-    """The nodes from the root's child down to `node`."""
-    path = []
-    while node > 0:
-        path.append(node)
-        node = int(tree.parents[node])
-    return path[::-1]
-
-
-@torch.inference_mode()
-def _path_logprobs(drafter: EagleDrafter, rid: str, tokens: list[int]) -> list[float]:
-    """The head's log-probability of each of `tokens` drafted one after the other from the root, each
-    one head row attending to the draft cache and to the rows before it, with plain attention."""
-    head, state = drafter.head, drafter._requests[rid]
-    vocab = drafter._vocab_ids
-    assert state.last_hidden is not None and state.last_logprobs is not None
-    keys, values = [state.kv.k[: state.kv.length]], [state.kv.v[: state.kv.length]]
-    logprobs, hidden = state.last_logprobs, state.last_hidden
-    out = []
-    for depth, token in enumerate(tokens, start=1):
-        out.append(float(logprobs[token if vocab is None else int((vocab == token).nonzero())]))
-        li = head.layer_input(drafter.target.embed[torch.tensor([token])], hidden[None])
-        qkv = head.qkv(li.attn_in, torch.tensor([state.next_position - 1 + depth]))
-        keys.append(qkv.k)
-        values.append(qkv.v)
-        result = head.finish(li.residual, attend(qkv.q, torch.cat(keys), torch.cat(values), None))
-        hidden = result.hidden[0]
-        logprobs = drafter._logprobs(result.for_logits)[0]
-    return out
-
-
-@pytest.mark.parametrize("name", ["eagle", "eagle3"])
-def test_every_node_carries_the_probability_of_its_path_drafted_token_by_token(
-    name: str, heads: dict[str, Path], tiny_path: Path, tiny_model: CausalLM
-) -> None:
-    """The tree's levels run batched, every node's row written into the draft cache's scratch rows
-    and attending through a mask; drafting each path alone, row by row, must give the same numbers."""
-    drafter = make_drafter(name, heads[name], tiny_model, tiny_path, draft_probs=False)
-    _grown_request(drafter, tiny_path, tiny_model, "p3")
-    budget = TreeBudget(14, 4, 3)
-    (tree,) = drafter.propose([DraftQuery("r", budget)])
-    assert tree is not None and tree.path_probs is not None
-    assert int(tree_depths(tree.parents).max()) >= 3  # deep enough to read scratch rows of two levels
-    for node in range(1, tree.num_nodes):
-        path = _path(tree, node)
-        expected = math.exp(sum(_path_logprobs(drafter, "r", [int(tree.tokens[i]) for i in path])))
-        assert float(tree.path_probs[node]) == pytest.approx(expected, rel=1e-4)
