@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from treespec.kernels.cpu_extension import load_cpu_extension, on_x86
+from treespec.kernels.speed_check import fast_enough
 
 PANEL = 32  # columns per panel (kPanel in the source)
 
@@ -88,6 +89,22 @@ def applies(device: torch.device, dtype: torch.dtype) -> bool:
 @functools.lru_cache(maxsize=1)
 def panel_gemm() -> PanelGemm | None:
     """The kernel, built on first use (seconds; then loaded from torch's extension cache), or None
-    where it cannot be built (no compiler or ninja, another architecture)."""
+    where it cannot be built (no compiler or ninja, another architecture) or runs far slower than
+    torch.mm on this CPU (speed_check.py)."""
+    gemm = build_panel_gemm()
+    return gemm if gemm is not None and _fast_enough(gemm) else None
+
+
+def build_panel_gemm() -> PanelGemm | None:
+    """The kernel however fast it runs (its tests), or None where it cannot be built."""
     module = load_cpu_extension("panel_gemm")
     return None if module is None else PanelGemm(module)
+
+
+def _fast_enough(gemm: PanelGemm) -> bool:
+    """A verify step's product: 4 rows by a 576 x 1,536 weight (SmolLM2's MLP), against torch.mm."""
+    generator = torch.Generator().manual_seed(0)
+    dense = torch.randn(576, 1536, generator=generator)
+    x = torch.randn(4, 576, generator=generator)
+    panels = gemm.pack(dense)
+    return fast_enough("panel_gemm", lambda: gemm.matmul(x, panels), lambda: torch.mm(x, dense))

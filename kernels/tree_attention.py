@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from treespec.kernels.cpu_extension import load_cpu_extension
+from treespec.kernels.speed_check import fast_enough
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
 MAX_QUERIES = 128  # rows x query heads per KV head (kMaxQueries in the source)
@@ -125,6 +126,30 @@ def reference_attend(
 
 @functools.lru_cache(maxsize=1)
 def tree_attention() -> TreeAttention | None:
-    """The kernel, built on first use, or None where it cannot be built."""
+    """The kernel, built on first use, or None where it cannot be built or runs far slower than SDPA on
+    this CPU (speed_check.py)."""
+    kernel = build_tree_attention()
+    return kernel if kernel is not None and _fast_enough(kernel) else None
+
+
+def build_tree_attention() -> TreeAttention | None:
+    """The kernel however fast it runs (its tests), or None where it cannot be built."""
     module = load_cpu_extension("tree_attention")
     return None if module is None else TreeAttention(module)
+
+
+def _fast_enough(kernel: TreeAttention) -> bool:
+    """A verify step's attention: 4 rows after 512 cached tokens in SmolLM2's shapes (9 query heads, 3
+    KV heads of 64) with the keys scattered over the pool, against SDPA over the gathered keys."""
+    generator = torch.Generator().manual_seed(0)
+    heads, kv_heads, head_dim, cached, rows = 9, 3, 64, 512, 4
+    slots = 2 * (cached + rows)
+    q = torch.randn(rows, heads, head_dim, generator=generator)
+    k = torch.randn(slots, kv_heads, head_dim, generator=generator)
+    v = torch.randn(slots, kv_heads, head_dim, generator=generator)
+    mask = torch.tril(torch.ones(rows, rows, dtype=torch.bool))
+    sequences = [RowSequence(0, cached, torch.randperm(slots, generator=generator)[: cached + rows], mask)]
+    plan = RowAttentionPlan.of(sequences)
+    return fast_enough(
+        "tree_attention", lambda: kernel.attend(q, k, v, plan), lambda: reference_attend(q, k, v, sequences)
+    )

@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from tests.unit.model.test_forward_vs_hf import make_checkpoint
-from treespec.kernels.panel_gemm import PANEL, PanelGemm, PanelWeight, panel_gemm, reference_linear
+from treespec.kernels.panel_gemm import PANEL, PanelGemm, PanelWeight, build_panel_gemm, reference_linear
 from treespec.shared.model.linear import linear
 from treespec.shared.model.loader import LoadOptions, load_model
 
 
 @pytest.fixture(scope="module")
 def gemm() -> PanelGemm:
-    built = panel_gemm()
+    built = build_panel_gemm()
     assert built is not None, "the panel kernel did not build (a C++ compiler and ninja are needed)"
     return built
 

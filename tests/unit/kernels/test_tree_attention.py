@@ -11,8 +11,8 @@ from treespec.kernels.tree_attention import (
     RowAttentionPlan,
     RowSequence,
     TreeAttention,
+    build_tree_attention,
     reference_attend,
-    tree_attention,
 )
 from treespec.kernels.tree_mask import ancestor_mask, tree_depths
 from treespec.shared.model.attention.layout import BatchLayout, SequenceLayout
@@ -24,7 +24,7 @@ SLOTS = 2048
 
 @pytest.fixture(scope="module")
 def kernel() -> TreeAttention:
-    built = tree_attention()
+    built = build_tree_attention()
     assert built is not None, "the row attention kernel did not build (a C++ compiler and ninja are needed)"
     return built
 
