@@ -102,9 +102,14 @@ def build_panel_gemm() -> PanelGemm | None:
 
 
 def _fast_enough(gemm: PanelGemm) -> bool:
-    """A verify step's product: 4 rows by a 576 x 1,536 weight (SmolLM2's MLP), against torch.mm."""
+    """A verify step's product: 4 rows by a 576 x 1,536 weight (SmolLM2's MLP), against torch.mm. The
+    weight stays in cache here, where torch.mm does better than on weights streamed from memory as in
+    use (the panels took 0.25x its time with 2 threads, 0.45x with 1, on a 2-core AMD EPYC with
+    AVX-512), so the bound is 2x: a fault in the vector code costs several times."""
     generator = torch.Generator().manual_seed(0)
     dense = torch.randn(576, 1536, generator=generator)
     x = torch.randn(4, 576, generator=generator)
     panels = gemm.pack(dense)
-    return fast_enough("panel_gemm", lambda: gemm.matmul(x, panels), lambda: torch.mm(x, dense))
+    return fast_enough(
+        "panel_gemm", lambda: gemm.matmul(x, panels), lambda: torch.mm(x, dense), max_slowdown=2.0
+    )

@@ -42,7 +42,9 @@ def test_a_kernel_that_fails_the_check_is_not_used(
     assert build() is not None  # x86-64 with a compiler, as on CI
     timed: list[str] = []
 
-    def failing(name: str, kernel: Callable[[], object], torch_op: Callable[[], object]) -> bool:
+    def failing(
+        name: str, kernel: Callable[[], object], torch_op: Callable[[], object], max_slowdown: float = 1.0
+    ) -> bool:
         kernel()  # the typical problem runs in both
         torch_op()
         timed.append(name)
