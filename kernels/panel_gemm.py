@@ -89,8 +89,8 @@ def applies(device: torch.device, dtype: torch.dtype) -> bool:
 @functools.lru_cache(maxsize=1)
 def panel_gemm() -> PanelGemm | None:
     """The kernel, built on first use (seconds; then loaded from torch's extension cache), or None
-    where it cannot be built (no compiler or ninja, another architecture) or runs far slower than
-    torch.mm on this CPU (speed_check.py)."""
+    where it cannot be built (no compiler or ninja, another architecture) or takes more than twice
+    torch.mm's time on this CPU (speed_check.py)."""
     gemm = build_panel_gemm()
     return gemm if gemm is not None and _fast_enough(gemm) else None
 

@@ -126,8 +126,8 @@ def reference_attend(
 
 @functools.lru_cache(maxsize=1)
 def tree_attention() -> TreeAttention | None:
-    """The kernel, built on first use, or None where it cannot be built or runs far slower than SDPA on
-    this CPU (speed_check.py)."""
+    """The kernel, built on first use, or None where it cannot be built or runs slower than SDPA on this
+    CPU (speed_check.py)."""
     kernel = build_tree_attention()
     return kernel if kernel is not None and _fast_enough(kernel) else None
 
