@@ -31,7 +31,7 @@ from enum import StrEnum
 
 import torch
 
-from treespec.kernels import panel_gemm
+from treespec.kernels import cpu_features, panel_gemm
 from treespec.kernels.panel_gemm import PanelWeight
 from treespec.shared.model.linear import linear, pack_weight, packing_supported
 
@@ -80,7 +80,7 @@ def _pack(dense: torch.Tensor) -> torch.Tensor | PanelWeight:
 def _bf16_panels() -> panel_gemm.PanelGemm | None:
     """The panel kernel, for bfloat16 weights on a CPU without AMX: with AVX512-BF16 alone it multiplies
     a drafting level's few rows faster than oneDNN (module docstring); AMX keeps oneDNN (not measured)."""
-    if _amx() or not panel_gemm.applies(torch.device("cpu"), torch.float32):
+    if cpu_features.amx() or not panel_gemm.applies(torch.device("cpu"), torch.float32):
         return None
     return panel_gemm.panel_gemm()
 
@@ -94,7 +94,7 @@ def packed_dtype(choice: MatmulDtype, device: torch.device, dtype: torch.dtype) 
         return None
     if choice is MatmulDtype.FLOAT32:
         return torch.float32
-    fast = _native_bf16() or _bf16_panels() is not None  # no slower than float32
+    fast = cpu_features.native_bf16() or _bf16_panels() is not None  # no slower than float32
     if choice is MatmulDtype.AUTO and not fast:
         return torch.float32
     if not _bf16_packing_works():
@@ -107,20 +107,6 @@ def packed_dtype(choice: MatmulDtype, device: torch.device, dtype: torch.dtype) 
     if not fast:
         log.warning("this CPU has no native bfloat16 dot products: bfloat16 head matmuls may be slow")
     return torch.bfloat16
-
-
-def _native_bf16() -> bool:
-    """AVX512-BF16 or AMX, as torch reads the CPU (False on a torch build that cannot tell)."""
-    return _cpu_has("_is_avx512_bf16_supported") or _amx()
-
-
-def _amx() -> bool:
-    return _cpu_has("_is_amx_tile_supported")
-
-
-def _cpu_has(check: str) -> bool:
-    """torch.cpu's `check` (False on a torch build without it)."""
-    return bool(getattr(torch.cpu, check, lambda: False)())
 
 
 def _bf16_packing_works() -> bool:

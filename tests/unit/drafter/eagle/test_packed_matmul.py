@@ -14,7 +14,7 @@ from treespec.drafter.eagle import packed_matmul
 from treespec.drafter.eagle.checkpoint import TargetShape, load_head
 from treespec.drafter.eagle.head import EagleHead, attend
 from treespec.drafter.eagle.packed_matmul import MatmulDtype, PackedMatmul, packed_dtype
-from treespec.kernels import panel_gemm
+from treespec.kernels import cpu_features, panel_gemm
 from treespec.kernels.panel_gemm import PanelWeight
 from treespec.shared.cli.eagle_flags import MATMUL_DTYPES
 
@@ -91,23 +91,23 @@ def test_the_matmul_dtype_follows_the_option_and_the_cpu(monkeypatch: pytest.Mon
     assert packed_dtype(MatmulDtype.FLOAT32, CPU, torch.bfloat16) is None
     with pytest.raises(ValueError, match="bfloat16 head matmuls need"):
         packed_dtype(MatmulDtype.BFLOAT16, CPU, torch.float64)
-    monkeypatch.setattr(packed_matmul, "_native_bf16", lambda: False)
+    monkeypatch.setattr(cpu_features, "native_bf16", lambda: False)
     # Without native bfloat16, auto takes it where the panel kernel multiplies it.
     panels = packed_matmul._bf16_panels() is not None
     assert packed_dtype(MatmulDtype.AUTO, CPU, torch.float32) == (torch.bfloat16 if panels else torch.float32)
     if panels:
         assert isinstance(PackedMatmul.of(torch.randn(40, 8), None, torch.bfloat16).weight, PanelWeight)
-    monkeypatch.setattr(packed_matmul, "_native_bf16", lambda: True)
+    monkeypatch.setattr(cpu_features, "native_bf16", lambda: True)
     want = torch.bfloat16 if _bf16_packs() else torch.float32
     assert packed_dtype(MatmulDtype.AUTO, CPU, torch.float32) == want
 
 
 def test_bfloat16_weights_take_the_panels_unless_the_cpu_has_amx(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(packed_matmul, "_amx", lambda: False)
+    monkeypatch.setattr(cpu_features, "amx", lambda: False)
     builds = panel_gemm.applies(CPU, torch.float32)  # x86-64 with a compiler, as on CI
     assert (packed_matmul._bf16_panels() is not None) == builds
     assert isinstance(PackedMatmul.of(torch.randn(40, 8), None, torch.bfloat16).weight, PanelWeight) == builds
-    monkeypatch.setattr(packed_matmul, "_amx", lambda: True)
+    monkeypatch.setattr(cpu_features, "amx", lambda: True)
     assert packed_matmul._bf16_panels() is None
     assert not isinstance(PackedMatmul.of(torch.randn(40, 8), None, torch.bfloat16).weight, PanelWeight)
 
@@ -118,7 +118,7 @@ def test_the_cli_offers_every_matmul_dtype() -> None:
 
 def test_a_torch_that_cannot_read_the_cpu_means_no_native_bfloat16(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
-    assert packed_matmul._native_bf16()
+    assert cpu_features.native_bf16()
     for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
         monkeypatch.delattr(torch.cpu, name, raising=False)
-    assert not packed_matmul._native_bf16()
+    assert not cpu_features.native_bf16()

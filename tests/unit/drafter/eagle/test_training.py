@@ -21,10 +21,12 @@ from treespec.drafter.eagle.checkpoint import TargetShape, load_head, save_head
 from treespec.drafter.eagle.drafter import EagleDrafter
 from treespec.drafter.eagle.head import EagleHead, HeadOutput
 from treespec.drafter.eagle.head_config import EagleFormat
+from treespec.drafter.eagle.training.data_stage import generation_dtype
 from treespec.drafter.eagle.training.dataset import Manifest, Sequence, read_all
 from treespec.drafter.eagle.training.draft_vocab import DraftVocab, choose_draft_vocab
 from treespec.drafter.eagle.training.trainer import split_held_out
 from treespec.drafter.eagle.training.unrolled import TrainingTargets, unrolled_loss
+from treespec.kernels import cpu_features
 from treespec.shared.cli.main import main
 from treespec.shared.drafting.drafter import DrafterContext, DraftQuery
 from treespec.shared.drafting.features import FeatureSlots
@@ -448,3 +450,12 @@ def test_the_seed_makes_other_conversations(smol_tiny: Path, tmp_path: Path) -> 
     assert conversations("b", "0") == first  # the same seed: the same data
     other = conversations("c", "5")
     assert not set(map(tuple, other)) & set(map(tuple, first))
+
+
+def test_the_data_is_generated_in_bfloat16_only_on_a_cpu_with_amx(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cpu_features, "amx", lambda: False)
+    assert generation_dtype("auto") == "float32"
+    assert generation_dtype("bfloat16") == "bfloat16"
+    monkeypatch.setattr(cpu_features, "amx", lambda: True)
+    assert generation_dtype("auto") == "bfloat16"
+    assert generation_dtype("float32") == "float32"
