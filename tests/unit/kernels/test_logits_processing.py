@@ -12,7 +12,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from treespec.kernels.logits_processing import greedy_tokens, probs_from_logits
+from treespec.kernels.logits_processing import NUCLEUS_WIDTHS, greedy_tokens, probs_from_logits
 
 
 def reference_row(
@@ -76,6 +76,25 @@ def test_matches_per_row_reference_and_transformers(seed: int) -> None:
         args = (logits[r], float(temperature[r]), int(top_k[r]), float(top_p[r]), float(min_p[r]))
         torch.testing.assert_close(probs[r].double(), reference_row(*args), atol=1e-6, rtol=1e-5)
         torch.testing.assert_close(probs[r].double(), hf_row(*args), atol=1e-6, rtol=1e-5)
+
+
+def test_top_p_finds_wide_nuclei_beyond_the_first_widths_looked_at() -> None:
+    """Rows whose nucleus closes within the first width, within the second, and only in the whole row,
+    with every filter, against the reference."""
+    vocab = 6000
+    g = torch.Generator().manual_seed(7)
+    spread = torch.tensor([8.0, 2.0, 0.05, 2.0, 2.0, 8.0])[:, None]  # peaked, medium, nearly flat
+    logits = torch.randn(6, vocab, generator=g) * spread
+    temperature = torch.tensor([1.0, 1.0, 1.0, 1.3, 0.8, 0.0])
+    top_k = torch.tensor([0, 0, 0, 5000, 0, 0])
+    top_p = torch.tensor([0.95, 0.95, 0.99, 0.9, 0.95, 0.5])
+    min_p = torch.tensor([0.0, 0.0, 0.0, 0.0, 0.2, 0.0])
+    nuclei = [int((reference_row(logits[r], 1.0, 0, float(top_p[r]), 0.0) > 0).sum()) for r in range(3)]
+    assert nuclei[0] <= NUCLEUS_WIDTHS[0] < nuclei[1] <= NUCLEUS_WIDTHS[1] < nuclei[2]
+    probs = probs_from_logits(logits, temperature, top_k, top_p, min_p)
+    for r in range(6):
+        args = (logits[r], float(temperature[r]), int(top_k[r]), float(top_p[r]), float(min_p[r]))
+        torch.testing.assert_close(probs[r].double(), reference_row(*args), atol=1e-6, rtol=1e-5)
 
 
 def test_rows_are_distributions_with_at_least_one_token() -> None:
