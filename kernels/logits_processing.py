@@ -68,29 +68,22 @@ def _top_k(scaled: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     if rows.numel() == 0:
         return scaled
     ks = k[rows]
-    kth = scaled[rows].topk(int(ks.max()), dim=-1).values.gather(-1, (ks - 1)[:, None])
-    filtered = scaled[rows]
-    scaled = scaled.clone()
-    scaled[rows] = filtered.masked_fill(filtered < kth, float("-inf"))
-    return scaled
+    kth = torch.full_like(scaled[:, :1], float("-inf"))
+    kth[rows] = scaled[rows].topk(int(ks.max()), dim=-1).values.gather(-1, (ks - 1)[:, None])
+    return scaled.masked_fill(scaled < kth, float("-inf"))
 
 
 def _top_p(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """BoolTensor[R, V]: the nucleus of each row with top_p < 1 (probabilities already top-k'd)."""
-    keep = torch.ones_like(probs, dtype=torch.bool)
-    rows = (top_p < 1).nonzero().flatten()
-    if rows.numel() == 0:
-        return keep
-    threshold = torch.empty(rows.numel(), 1, dtype=probs.dtype, device=probs.device)
-    open_rows = torch.arange(rows.numel(), device=probs.device)
+    threshold = torch.zeros_like(probs[:, :1])  # rows without top-p keep every token
+    open_rows = (top_p < 1).nonzero().flatten()
     for width in (*(w for w in NUCLEUS_WIDTHS if w < probs.shape[-1]), probs.shape[-1]):
-        found, closed = _nucleus_threshold(probs[rows[open_rows]], top_p[rows[open_rows]], width)
-        threshold[open_rows] = found
-        open_rows = open_rows[~closed]
         if open_rows.numel() == 0:
             break
-    keep[rows] = probs[rows] >= threshold
-    return keep
+        found, closed = _nucleus_threshold(probs[open_rows], top_p[open_rows], width)
+        threshold[open_rows] = found
+        open_rows = open_rows[~closed]
+    return probs >= threshold
 
 
 def _nucleus_threshold(
