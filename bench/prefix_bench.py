@@ -4,7 +4,10 @@ For each prompt, turn 1 is the prompt and turn 2 repeats it with the model's ans
 question (as a chat client resends the whole conversation). Two engines over the same weights, one
 caching prefixes and one computing every prompt, each answer turn 1 (not timed), then turn 2 (timed:
 time to the first token, and to the last): the cached engine finds turn 1's blocks. Batch size 1,
-temperature 0, plain decoding; turn 2's outputs must agree (near-tie rule).
+temperature 0; plain decoding, or both engines speculating with their own drafter of one kind
+(`--speculative-algorithm NGRAM|EAGLE3`: with EAGLE3 the cached engine hands the head the cached
+prefix's features, and the acceptance lengths show whether its drafts lost anything); turn 2's
+outputs must agree (near-tie rule).
 """
 
 from __future__ import annotations
@@ -21,10 +24,15 @@ from treespec.bench import runs
 from treespec.bench.greedy_match import hf_next_logits
 from treespec.bench.prompts import BenchPrompt, load_prompts
 from treespec.bench.report import format_table
+from treespec.shared.drafting.drafter import Drafter, DrafterContext
+from treespec.shared.drafting.registry import create_drafter
+from treespec.shared.drafting.target_access import LocalTargetAccess
+from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.loader import load_model
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine
 from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
+from treespec.verifier.stats import SpecStats
 
 FOLLOW_UP = "Thank you. Now say the same again in one sentence."
 METHODS = ("uncached", "cached")
@@ -32,7 +40,17 @@ METHODS = ("uncached", "cached")
 
 @dataclass(frozen=True)
 class PrefixBenchArgs(runs.BenchArgs):
-    """The common bench arguments and --threads."""
+    """The common bench arguments, --threads and the drafter both engines speculate with."""
+
+    algorithm: str = "NONE"
+
+    @classmethod
+    def _fields(cls, ns: argparse.Namespace) -> dict[str, Any]:
+        return {**super()._fields(ns), "algorithm": ns.speculative_algorithm.upper()}
+
+    @property
+    def speculates(self) -> bool:
+        return self.algorithm != "NONE"
 
 
 def run(ns: argparse.Namespace) -> int:
@@ -46,6 +64,7 @@ class TurnTiming:
     first_token_s: float
     total_s: float
     tokens: list[int]
+    stats: SpecStats
 
 
 @dataclass
@@ -55,6 +74,7 @@ class _Tally:
     first_token_s: list[float] = field(default_factory=list)
     total_s: float = 0.0
     output_tokens: int = 0
+    stats: SpecStats = field(default_factory=SpecStats)
 
     def add(self, t: TurnTiming) -> None:
         self.prompt_tokens += t.prompt_tokens
@@ -62,6 +82,7 @@ class _Tally:
         self.first_token_s.append(t.first_token_s)
         self.total_s += t.total_s
         self.output_tokens += len(t.tokens)
+        self.stats.merge(t.stats)
 
     def merge(self, other: _Tally) -> None:
         self.prompt_tokens += other.prompt_tokens
@@ -69,6 +90,7 @@ class _Tally:
         self.first_token_s += other.first_token_s
         self.total_s += other.total_s
         self.output_tokens += other.output_tokens
+        self.stats.merge(other.stats)
 
     @property
     def mean_ttft_ms(self) -> float:
@@ -80,7 +102,7 @@ def bench_prefix(args: PrefixBenchArgs) -> dict[str, Any]:
     model = load_model(args.model)
     tokenizer = transformers.AutoTokenizer.from_pretrained(args.model)
     hf = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
-    engines = {m: Engine(_config(args, m == "cached"), None, model) for m in METHODS}
+    engines = {m: Engine(_config(args, m == "cached"), _drafter(args, model), model) for m in METHODS}
     greedy = runs.GreedyCheck(hf_next_logits(hf))
     tallies: dict[str, dict[str, _Tally]] = {m: {} for m in METHODS}
     n = args.max_new_tokens
@@ -88,14 +110,14 @@ def bench_prefix(args: PrefixBenchArgs) -> dict[str, Any]:
         first = _ids(tokenizer, [{"role": "user", "content": prompt.text}])
         outputs: dict[str, list[int]] = {}
         for method, engine in engines.items():
-            answer = _generate(engine, f"{method}-{i}-1", first, n).tokens
+            answer = _generate(engine, f"{method}-{i}-1", first, n, args.speculates).tokens
             text = str(tokenizer.decode(answer, skip_special_tokens=True))
             conversation: list[dict[str, str]] = [
                 {"role": "user", "content": prompt.text},
                 {"role": "assistant", "content": text},
                 {"role": "user", "content": FOLLOW_UP},
             ]
-            second = _generate(engine, f"{method}-{i}-2", _ids(tokenizer, conversation), n)
+            second = _generate(engine, f"{method}-{i}-2", _ids(tokenizer, conversation), n, args.speculates)
             tallies[method].setdefault(prompt.category, _Tally()).add(second)
             outputs[method] = second.tokens
             second_ids = _ids(tokenizer, conversation)
@@ -105,7 +127,21 @@ def bench_prefix(args: PrefixBenchArgs) -> dict[str, Any]:
 
 
 def _config(args: PrefixBenchArgs, caching: bool) -> EngineConfig:
-    return EngineConfig(model_path=args.model, max_running_requests=1, prefix_caching=caching)
+    return EngineConfig(
+        model_path=args.model,
+        max_running_requests=1,
+        prefix_caching=caching,
+        node_cost=args.node_cost,
+        tree_cost=args.tree_cost or 0.0,
+    )
+
+
+def _drafter(args: PrefixBenchArgs, model: CausalLM) -> Drafter | None:
+    """Each engine's own drafter (in process, reading the target where it needs to), or none."""
+    if not args.speculates:
+        return None
+    context = DrafterContext(model.config.vocab_size, args.model, {}, LocalTargetAccess(model))
+    return create_drafter(args.algorithm.lower(), context)
 
 
 def _ids(tokenizer: transformers.PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
@@ -113,14 +149,15 @@ def _ids(tokenizer: transformers.PreTrainedTokenizerBase, messages: list[dict[st
     return list(tokenizer(str(rendered), add_special_tokens=False)["input_ids"])
 
 
-def _generate(engine: Engine, rid: str, ids: list[int], n: int) -> TurnTiming:
+def _generate(engine: Engine, rid: str, ids: list[int], n: int, speculate: bool) -> TurnTiming:
     """One greedy request stepped to its end: the times to its first output token and to its last."""
     sampling = SamplingParams(temperature=0.0, max_new_tokens=n)
     start = time.perf_counter()
-    engine.add_request(GenerationRequest(rid, ids, sampling, SpeculationParams(enabled=False)))
+    engine.add_request(GenerationRequest(rid, ids, sampling, SpeculationParams(enabled=speculate)))
     tokens: list[int] = []
     first = None
     cached = 0
+    stats = SpecStats()
     while engine.has_work():
         for out in engine.step():
             tokens.extend(out.token_ids)
@@ -128,8 +165,9 @@ def _generate(engine: Engine, rid: str, ids: list[int], n: int) -> TurnTiming:
                 first = time.perf_counter() - start
             if out.finished:
                 cached = out.num_cached_tokens
+                stats = out.stats or stats
     total = time.perf_counter() - start
-    return TurnTiming(len(ids), cached, first if first is not None else total, total, tokens)
+    return TurnTiming(len(ids), cached, first if first is not None else total, total, tokens, stats)
 
 
 def _figures(tallies: dict[str, _Tally]) -> dict[str, Any]:
@@ -143,6 +181,8 @@ def _figures(tallies: dict[str, _Tally]) -> dict[str, Any]:
         "uncached_s": uncached.total_s,
         "cached_s": cached.total_s,
         "total_speedup": runs.ratio(uncached.total_s, cached.total_s),
+        "uncached_accept_len": uncached.stats.acceptance_length,
+        "cached_accept_len": cached.stats.acceptance_length,
     }
 
 
@@ -166,7 +206,7 @@ def _payload(
             }
             for c in sorted(tallies["cached"])
         },
-        "setup": runs.setup(args, len(prompts), follow_up=FOLLOW_UP, speculation="none (plain decoding)"),
+        "setup": runs.setup(args, len(prompts), follow_up=FOLLOW_UP, speculative_algorithm=args.algorithm),
     }
 
 
@@ -189,14 +229,19 @@ def render(p: dict[str, Any]) -> str:
         "TTFT x",
         "total x",
     ]
+    algorithm = p["setup"]["speculative_algorithm"]
+    if algorithm != "NONE":
+        keys += ["uncached_accept_len", "cached_accept_len"]
+        header += [f"{algorithm} acceptance", f"{algorithm} acceptance cached"]
     rows = [[c, v["prompts"], *(v[k] for k in keys)] for c, v in p["per_category"].items()]
     rows.append(["overall", p["setup"]["prompts"], *(p[k] for k in keys)])
     share = runs.ratio(p["cached_tokens"], p["prompt_tokens"])
+    drafting = "plain decoding" if algorithm == "NONE" else f"both engines drafting with {algorithm}"
     return "\n".join(
         [
             format_table(header, rows),
             "",
-            f"cached {100 * share:.0f}% of turn-2 prompt tokens; time to first token "
+            f"{drafting}: cached {100 * share:.0f}% of turn-2 prompt tokens; time to first token "
             f"{p['ttft_speedup']:.2f}x faster, whole turn {p['total_speedup']:.2f}x",
             runs.greedy_line("cached output equals uncached", p),
         ]

@@ -23,8 +23,7 @@ class EngineConfig:
     torch_threads: int | None = None  # None: torch's default
     node_cost: float | None = None  # a draft node's verify cost for drafters; None: measured at start
     tree_cost: float = 0.0  # a tree's fixed verify cost, used with a configured node_cost only
-    # Reuse the K/V of cached prompt prefixes (not while the drafter reads the target's features,
-    # EAGLE: it needs them for every prompt position).
+    # Reuse the K/V of cached prompt prefixes (with an EAGLE drafter, their features too).
     prefix_caching: bool = True
 
     @property

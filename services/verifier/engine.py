@@ -26,6 +26,8 @@ from treespec.shared.model.loader import LoadOptions, load_model
 from treespec.verifier.commit_stage import CommitStage, StopRules
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.draft_stage import DraftStage
+from treespec.verifier.feature_cache import FeatureCache
+from treespec.verifier.feature_publisher import FeaturePublisher
 from treespec.verifier.forward_stage import ForwardStage
 from treespec.verifier.grammar.compiler import GrammarCompiler
 from treespec.verifier.grammar.constraint import OutputConstraint
@@ -84,6 +86,9 @@ class Engine:
         )
         self.allocator = BlockAllocator(config.num_blocks)
         self.prefix_cache = PrefixCache(self.allocator, config.page_size) if config.prefix_caching else None
+        self.feature_cache = (
+            FeatureCache(config.num_blocks, config.page_size) if config.prefix_caching else None
+        )
         self.scheduler = Scheduler(
             self.allocator,
             config.page_size,
@@ -91,6 +96,8 @@ class Engine:
             config.chunked_prefill_size,
             self.prefix_cache,
         )
+        if self.prefix_cache is not None and self.feature_cache is not None:
+            self.prefix_cache.complete = self.feature_cache.holds_block
         self.drafter = drafter
         self.stats = SpecStats()
         self.timings = StepTimings()  # totals over the steps that ran a batch
@@ -101,7 +108,13 @@ class Engine:
         eos = set(mc.eos_token_ids) | _generation_eos(config.model_path)
         self.eos_token_ids: frozenset[int] = frozenset(eos)
         self.grammars = GrammarCompiler(config.model_path, mc.vocab_size, self.eos_token_ids)
-        self._commit = CommitStage(self.cache, StopRules(eos, self.context_length), drafter, self.stats)
+        self._commit = CommitStage(
+            self.cache,
+            StopRules(eos, self.context_length),
+            drafter,
+            self.stats,
+            FeaturePublisher(self.feature_cache),
+        )
         self._inbox: queue.SimpleQueue[RequestState | _Abort] = queue.SimpleQueue()
         self._states: dict[str, RequestState] = {}
         self._arrivals = itertools.count()
@@ -140,9 +153,7 @@ class Engine:
     def step(self) -> list[RequestOutput]:
         self.last_step = None
         outputs = self._drain_inbox()
-        # A drafter that reads the target's features (EAGLE) needs them for every prompt position, which
-        # a cached prefix would skip; a co-located one may attach at any time.
-        self.scheduler.reuse_prefixes = self.drafter is None or self.drafter.feature_ring is None
+        self._follow_feature_spec()
         batch = self.scheduler.schedule()
         if batch.empty:
             return outputs
@@ -301,6 +312,15 @@ class Engine:
                     "open", item.request_id, list(item.request.prompt_ids), item.request.trace_context
                 )
         return outputs
+
+    def _follow_feature_spec(self) -> None:
+        """A drafter that reads the target's features (EAGLE) needs them for every prompt position,
+        cached ones too: the feature cache follows its spec (a co-located one may attach at any time)."""
+        if self.feature_cache is None:
+            return
+        ring = self.drafter.feature_ring if self.drafter is not None else None
+        spec = ring.spec if ring is not None else None
+        self.feature_cache.follow(spec, self.model.dtype, self.model.device)
 
     def _finish(self, state: RequestState) -> None:
         self._commit.publisher.forget(state.request_id)

@@ -8,12 +8,16 @@ whose parent was evicted can no longer be found (it is evicted in turn, from the
 blocks nobody holds stay in the allocator's idle list and are evicted least recently used first,
 only when no free block is left (kv_cache.py). A hit shares the blocks: their owners only read them
 (new tokens, tree nodes included, are written after the request's committed length).
+
+A cached block may need more than its K/V to be reused: `complete` says whether it holds all of it
+(with an EAGLE drafter, the target's features of its positions too: feature_cache.py). A match stops
+at the first incomplete block, and a complete block computed again takes an incomplete one's place.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from treespec.shared.model.kv_cache import BlockAllocator
@@ -21,6 +25,10 @@ from treespec.shared.model.kv_cache import BlockAllocator
 ROOT = 0  # the key id before a request's first block
 
 BlockKey = tuple[int, tuple[int, ...]]
+
+
+def _always(block: int) -> bool:
+    return True
 
 
 @dataclass
@@ -33,6 +41,7 @@ class PrefixCache:
     hit_tokens: int = 0  # prompt tokens found cached, over all lookups
     query_tokens: int = 0  # prompt tokens looked up
     evicted_blocks: int = 0
+    complete: Callable[[int], bool] = _always  # whether a block holds all a reuse needs
 
     def __post_init__(self) -> None:
         self.allocator.on_evict = self._forget
@@ -45,7 +54,7 @@ class PrefixCache:
         parent = ROOT
         for start in range(0, limit - self.block_size + 1, self.block_size):
             block = self._index.get((parent, tuple(tokens[start : start + self.block_size])))
-            if block is None:
+            if block is None or not self.complete(block):
                 break
             blocks.append(block)
             parent = self._keys[block][1]
@@ -63,7 +72,8 @@ class PrefixCache:
     ) -> None:
         """Cache the request's full blocks below `committed` tokens that `chain` (its key ids so far,
         extended here) does not cover yet. Where an equal block is cached already (another request
-        computed the same prefix), the chain follows that one and this block stays private."""
+        computed the same prefix), the chain follows that one and this block stays private, unless
+        this one is complete and that one is not: then this one takes its place, under its key id."""
         while (len(chain) + 1) * self.block_size <= committed:
             i = len(chain)
             key = (
@@ -71,10 +81,14 @@ class PrefixCache:
                 tuple(tokens[i * self.block_size : (i + 1) * self.block_size]),
             )
             cached = self._index.get(key)
-            if cached is not None:
+            if cached is not None and (self.complete(cached) or not self.complete(blocks[i])):
                 chain.append(self._keys[cached][1])
                 continue
-            key_id = next(self._ids)
+            if cached is not None:
+                _, key_id = self._keys.pop(cached)
+                self.allocator.unretain(cached)
+            else:
+                key_id = next(self._ids)
             self._index[key] = blocks[i]
             self._keys[blocks[i]] = (key, key_id)
             self.allocator.retain(blocks[i])

@@ -38,7 +38,6 @@ class Scheduler:
     max_running: int
     chunk_tokens: int
     prefix_cache: PrefixCache | None = None  # None: every prompt is computed from its start
-    reuse_prefixes: bool = True  # admit requests from cached prefixes (registering goes on regardless)
     waiting: deque[RequestState] = field(default_factory=deque)
     running: list[RequestState] = field(default_factory=list)
 
@@ -121,7 +120,7 @@ class Scheduler:
         tokens found. Its last token is always computed (its logits are the next token's). A request
         that asked for its prompt's log-probabilities computes every prompt row."""
         cache = self.prefix_cache
-        if not self.reuse_prefixes or cache is None or state.blocks:
+        if cache is None or state.blocks:
             return 0
         if state.request.sampling.prompt_logprobs is not None:
             return 0

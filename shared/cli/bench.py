@@ -39,6 +39,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "prefix", help="a conversation's second turn with prefix caching vs without (CPU, batch 1)"
     )
     _engine_arguments(prefix)
+    prefix.add_argument(
+        "--speculative-algorithm",
+        default="NONE",
+        type=str.upper,
+        choices=("NONE", "NGRAM", "EAGLE3"),
+        help="the drafter both engines speculate with, each its own (default: NONE, plain decoding)",
+    )
+    add_cost_arguments(prefix)
     prefix.set_defaults(handler=_prefix)
     layout = verbs.add_parser(
         "layout", help="a forward of 1-16 rows in each CPU weight layout: panel kernel, library, dense"

@@ -67,7 +67,7 @@ def add_prefix_caching_argument(p: argparse.ArgumentParser) -> None:
         "--disable-radix-cache",
         action="store_true",
         help="compute every prompt from its start (default: reuse the K/V of cached prompt prefixes, "
-        "except while an EAGLE drafter reads the target's features)",
+        "and for an EAGLE drafter the target's features there too)",
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -46,6 +46,12 @@ class KVCache:
     def flat(self) -> tuple[torch.Tensor, torch.Tensor]:
         """All layers as [num_layers, num_slots, kv_heads, head_dim] views (for KV compaction)."""
         return self.k.flatten(1, 2), self.v.flatten(1, 2)
+
+
+def slots_of(blocks: Sequence[int], num_slots: int, block_size: int) -> torch.Tensor:
+    """Flat KV slot of each of the first `num_slots` logical positions of a block table."""
+    table = torch.tensor(list(blocks), dtype=torch.long)
+    return (table[:, None] * block_size + torch.arange(block_size)).flatten()[:num_slots]
 
 
 @dataclass
@@ -111,6 +117,13 @@ class BlockAllocator:
     def retain(self, block: int) -> None:
         """Keep this owned block's K/V when its owners free it (until it is evicted)."""
         self._retained.add(block)
+
+    def unretain(self, block: int) -> None:
+        """Stop keeping this block's K/V: an idle one is free now, a held one when its owners free it."""
+        self._retained.discard(block)
+        if block in self._idle:
+            del self._idle[block]
+            heapq.heappush(self._free, block)
 
     def drop_idle(self) -> None:
         """Evict every idle block now (their K/V is about to be overwritten)."""

@@ -1,5 +1,5 @@
 """`treespec bench prefix` end to end on SmolLM2 with two prompts of its own: the table, the JSON keys,
-turn 2 found cached, and the same output with and without the cache."""
+turn 2 found cached, and the same output with and without the cache; plain, and with EAGLE3 drafting."""
 
 from __future__ import annotations
 
@@ -17,14 +17,16 @@ PROMPTS = [
 ]
 
 
+@pytest.mark.parametrize("algorithm", ["NONE", "EAGLE3"])
 def test_bench_prefix_writes_its_figures(
-    smollm_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    smollm_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], algorithm: str
 ) -> None:
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS))
     out = tmp_path / "prefix.json"
     argv = ["bench", "prefix", "--model", str(smollm_path), "--prompts", str(prompts)]
-    assert main([*argv, "--max-new-tokens", "12", "--threads", "2", "--json", str(out)]) == 0
+    argv += ["--speculative-algorithm", algorithm, "--max-new-tokens", "12", "--threads", "2"]
+    assert main([*argv, "--json", str(out)]) == 0
     figures = json.loads(out.read_text())
     assert set(figures["per_category"]) == {"qa", "writing"}
     for key in ("prompt_tokens", "cached_tokens", "uncached_ttft_ms", "cached_ttft_ms", "ttft_speedup"):
@@ -33,4 +35,9 @@ def test_bench_prefix_writes_its_figures(
     assert figures["cached_tokens"] >= 16 * len(PROMPTS)
     assert figures["cached_tokens"] < figures["prompt_tokens"]
     assert figures["identical"] is True
+    assert figures["setup"]["speculative_algorithm"] == algorithm
+    if algorithm == "NONE":
+        assert figures["cached_accept_len"] == figures["uncached_accept_len"] == 1.0  # one token a step
+    else:  # both engines drafted, the cached one from the cached prefix's features too
+        assert figures["cached_accept_len"] > 1.0 and figures["uncached_accept_len"] > 1.0
     assert "time to first token" in capsys.readouterr().out

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,10 +21,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from tests.passthrough_drafter import PassThroughDrafter
 from tests.services.colocated import TEST_ENV
 from tests.unit.drafter.eagle.public_checkpoints import write_eagle, write_eagle3
 from treespec.shared.drafting.drafter import Drafter, DrafterContext, DraftQuery
-from treespec.shared.drafting.features import FeatureRing, FeatureSlots
 from treespec.shared.drafting.registry import create_drafter
 from treespec.shared.drafting.target_access import LocalTargetAccess
 from treespec.shared.drafting.token_tree import TokenTree
@@ -59,35 +59,17 @@ class Proposal:
     probs: list[float] | None
 
 
-class ProposalRecorder(Drafter):
+class ProposalRecorder(PassThroughDrafter):
     """Passes everything through to `inner`, keeping every proposal in order, round by round."""
 
     def __init__(self, inner: Drafter) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.rounds: list[list[Proposal | str]] = []  # a request id alone: no tree for it
-
-    def open(
-        self, request_id: str, prompt: Sequence[int], trace_context: Mapping[str, str] | None = None
-    ) -> None:
-        self.inner.open(request_id, prompt, trace_context)
-
-    def commit(self, request_id: str, tokens: Sequence[int], features: FeatureSlots | None = None) -> None:
-        self.inner.commit(request_id, tokens, features)
-
-    def close(self, request_id: str) -> None:
-        self.inner.close(request_id)
 
     def propose(self, queries: Sequence[DraftQuery]) -> list[TokenTree | None]:
         trees = self.inner.propose(queries)
         self.rounds.append([_proposal(q.request_id, t) for q, t in zip(queries, trees, strict=True)])
         return trees
-
-    @property
-    def feature_ring(self) -> FeatureRing | None:
-        return self.inner.feature_ring
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
 
 
 def _proposal(request_id: str, tree: TokenTree | None) -> Proposal | str:
