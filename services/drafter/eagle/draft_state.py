@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from treespec.drafter.eagle.pacing import DraftPacing
+
 
 @dataclass
 class DraftKV:
@@ -60,6 +62,7 @@ class DraftState:
     pending_start: int = 0
     last_hidden: torch.Tensor | None = None  # [H]: head output at next_position - 1
     last_logprobs: torch.Tensor | None = None  # [draft vocab]: its next-token distribution (log)
+    pacing: DraftPacing = field(default_factory=DraftPacing)  # whether drafting pays for this request
 
     def add_features(self, start: int, rows: torch.Tensor) -> None:
         """Features of positions start, start + 1, ...; already processed ones are dropped (a recompute),

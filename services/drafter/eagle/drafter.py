@@ -126,6 +126,7 @@ class EagleDrafter(Drafter):
         state = self._requests.get(request_id)
         if state is None:
             return
+        state.pacing.committed(tokens)
         state.tokens.extend(tokens)
         if features is not None and len(features):
             state.add_features(features.start, self.ring.read(features.slots))
@@ -137,8 +138,11 @@ class EagleDrafter(Drafter):
 
     @torch.inference_mode()
     def propose(self, queries: Sequence[DraftQuery]) -> list[TokenTree | None]:
-        states = [self._requests.get(q.request_id) for q in queries]
-        self._catch_up([s for s in states if s is not None])
+        """Trees for the requests whose drafts pay (pacing.py); the others wait, features and all."""
+        found = [self._requests.get(q.request_id) for q in queries]
+        states = [s if s is not None and s.pacing.drafts_now() else None for s in found]
+        head_cost: dict[int, float] = {id(s): 0.0 for s in states if s is not None}
+        self._catch_up([s for s in states if s is not None], head_cost)
         searches: list[SearchTree | None] = []
         for query, state in zip(queries, states, strict=True):
             if (
@@ -154,16 +158,29 @@ class EagleDrafter(Drafter):
             search.add_children(0, state.last_logprobs, self._vocab_ids)
             searches.append(search)
         self._grow(
-            [(s, st) for s, st in zip(searches, states, strict=True) if s is not None and st is not None]
+            [(s, st) for s, st in zip(searches, states, strict=True) if s is not None and st is not None],
+            head_cost,
         )
-        trees = [None if s is None else s.to_token_tree(self._generator) for s in searches]
-        return [None if t is None or t.num_nodes == 1 else t for t in trees]  # a bare root: plain decoding
+        trees = [self._proposal(s) for s in searches]
+        for query, state, tree in zip(queries, states, trees, strict=True):
+            if state is not None:
+                budget = query.budget
+                state.pacing.drafted(tree, head_cost[id(state)], budget.tree_cost, budget.node_cost)
+        return trees
 
-    def _catch_up(self, states: list[DraftState]) -> None:
-        """Run the head over every pending (feature, next token) pair of these requests, batched."""
+    def _proposal(self, search: SearchTree | None) -> TokenTree | None:
+        """The search's kept nodes as a tree; None for no search or a bare root (plain decoding)."""
+        tree = None if search is None else search.to_token_tree(self._generator)
+        return None if tree is None or tree.num_nodes == 1 else tree
+
+    def _catch_up(self, states: list[DraftState], head_cost: dict[int, float]) -> None:
+        """Run the head over every pending (feature, next token) pair of these requests, batched; each
+        takes its share of the pass in `head_cost`."""
         work = [(s, p) for s in states if (p := s.take_pending()) is not None]
         if not work:
             return
+        for state, _ in work:
+            head_cost[id(state)] += self.level_cost / len(work)
         ids, hidden, positions, groups = [], [], [], []
         for state, (start, rows) in work:
             n = rows.shape[0]
@@ -186,10 +203,10 @@ class EagleDrafter(Drafter):
         for (state, _), lp in zip(work, logprobs, strict=True):
             state.last_logprobs = lp
 
-    def _grow(self, items: list[tuple[SearchTree, DraftState]]) -> None:
+    def _grow(self, items: list[tuple[SearchTree, DraftState]], head_cost: dict[int, float]) -> None:
         """Levels 2..num_steps: expand the best `topk` nodes of the last level of every tree at once,
         while those nodes' path probability is worth a head step (`level_cost`) and their children
-        could still be kept (`SearchTree.can_add_kept`)."""
+        could still be kept (`SearchTree.can_add_kept`); each request takes its share of each pass."""
         frontier = {id(t): t.best(list(range(1, len(t.tokens))), t.budget.topk) for t, _ in items}
         expanded_nodes: dict[int, list[int]] = {id(t): [] for t, _ in items}
         node_hidden: dict[tuple[int, int], torch.Tensor] = {}
@@ -207,6 +224,7 @@ class EagleDrafter(Drafter):
                 return
             ids, hidden, positions, groups, owners = [], [], [], [], []
             for tree, state in active:
+                head_cost[id(state)] += self.level_cost / len(active)
                 nodes = frontier[id(tree)]
                 for node in nodes:
                     parent = tree.parents[node]
