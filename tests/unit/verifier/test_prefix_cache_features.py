@@ -5,8 +5,11 @@ computed again."""
 
 from __future__ import annotations
 
+import logging
+import random
 from pathlib import Path
 
+import pytest
 import torch
 
 from tests.passthrough_drafter import PassThroughDrafter
@@ -21,6 +24,11 @@ from treespec.verifier.engine import Engine
 from treespec.verifier.feature_cache import FeatureCache
 from treespec.verifier.prefix_cache import PrefixCache
 from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
+from treespec.verifier.scheduler import Scheduler
+from treespec.verifier.state import RequestState
+
+# The tiny model gains nothing from threads; on a busy 2-core machine spinning threads slow it down.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 VOCAB = 97
 BS = 4
@@ -130,3 +138,56 @@ def test_blocks_cached_without_features_are_computed_again(tiny_path: Path, tiny
     rows, reference = recorder.finished["again"], recorder.finished["read"]
     for position in range(len(FIRST)):
         torch.testing.assert_close(rows[position], reference[position], rtol=1e-4, atol=1e-4)
+
+
+def test_reuse_with_features_survives_preemption_and_eviction(
+    tiny_path: Path, tiny_model: CausalLM, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Many requests sharing prefixes in a pool too small for them (preemption, eviction of cached
+    blocks) under a drafter that reads features: outputs as without the cache, every request's drafter
+    rows the computed ones, and no publishing trouble."""
+    preempted: list[str] = []
+    preempt = Scheduler._preempt
+
+    def counted(scheduler: Scheduler, state: RequestState) -> None:
+        preempted.append(state.request_id)
+        preempt(scheduler, state)
+
+    monkeypatch.setattr(Scheduler, "_preempt", counted)
+    rng = random.Random(11)
+    systems = [[rng.randrange(VOCAB) for _ in range(rng.randint(9, 30))] for _ in range(3)]
+    prompts = [
+        rng.choice(systems) + [rng.randrange(VOCAB) for _ in range(rng.randint(1, 9))] for _ in range(18)
+    ]
+    runs = {}
+    for caching in (False, True):
+        recorder = FeatureRecordingDrafter(LocalTargetAccess(tiny_model), VOCAB, aux_layer_ids=(0, 1))
+        config = EngineConfig(
+            model_path=tiny_path,
+            page_size=BS,
+            max_total_tokens=112,
+            max_running_requests=6,
+            chunked_prefill_size=32,
+            prefix_caching=caching,
+        )
+        engine = Engine(config, recorder, tiny_model)
+        sampling = SamplingParams(temperature=0.0, max_new_tokens=12, ignore_eos=True)
+        outputs: dict[str, list[int]] = {}
+        with caplog.at_level(logging.WARNING):
+            for wave in range(0, len(prompts), 6):
+                requests = [
+                    GenerationRequest(f"r{i}", p, sampling, SpeculationParams())
+                    for i, p in enumerate(prompts[wave : wave + 6], start=wave)
+                ]
+                outputs.update({rid: r.token_ids for rid, r in engine.generate(requests).items()})
+        runs[caching] = (outputs, recorder.finished, engine)
+    (want, want_rows, _), (got, got_rows, engine) = runs[False], runs[True]
+    assert got == want and preempted
+    assert not [r for r in caplog.records if "features" in r.getMessage()]
+    cache = engine.prefix_cache
+    assert cache is not None and cache.hit_tokens > 0 and cache.evicted_blocks > 0
+    for rid, rows in want_rows.items():
+        prompt_len = len(prompts[int(rid[1:])])
+        assert set(range(prompt_len)) <= set(got_rows[rid])
+        for position in range(prompt_len):
+            torch.testing.assert_close(got_rows[rid][position], rows[position], rtol=1e-4, atol=1e-4)
