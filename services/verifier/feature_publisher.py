@@ -23,7 +23,7 @@ from treespec.verifier.verify_stage import Verdict
 
 @dataclass(frozen=True)
 class _Published:
-    """An item's rows for the ring: `cached` rows of its leading positions, then its own new ones."""
+    """An item's rows for the ring: a cached prefix's rows (when it follows one), then its new ones."""
 
     item: ForwardItem
     start: int  # the history position of the first row
@@ -86,11 +86,13 @@ class FeaturePublisher:
         """A prompt chunk that starts past position 0 with nothing held before it starts after a cached
         prefix: the prefix's rows go first, when the cache holds them all and the ring has room."""
         kv_len = item.state.kv_len
+        own = _Published(item, kv_len, rows)
+        if item.is_decode or kv_len == 0 or kv_len > room or self.cache is None:
+            return own
         held = self._pending.get(item.state.request_id)
-        follows_held = held is not None and held.start + len(held) == kv_len
-        if item.is_decode or kv_len == 0 or follows_held or self.cache is None or kv_len > room:
-            return _Published(item, kv_len, rows)
+        if held is not None and held.start + len(held) == kv_len:  # a later chunk of the prompt
+            return own
         prefix = item.kv_slots[:kv_len]
         if not self.cache.covers(prefix):
-            return _Published(item, kv_len, rows)
+            return own
         return _Published(item, 0, torch.cat([self.cache.read(prefix).to(rows.dtype), rows]))

@@ -13,7 +13,7 @@ from treespec.shared.drafting.token_tree import TokenTree
 from treespec.shared.model.attention.backend import AttentionBackend
 from treespec.shared.model.attention.layout import BatchLayout, SequenceLayout
 from treespec.shared.model.causal_lm import CausalLM
-from treespec.shared.model.kv_cache import KVCache, slots_of
+from treespec.shared.model.kv_cache import KVCache
 from treespec.verifier.scheduler import ScheduledBatch
 from treespec.verifier.state import RequestState
 
@@ -46,6 +46,12 @@ class ForwardResult:
     items: list[ForwardItem]
     logits: torch.Tensor  # [R, vocab] float32, rows in item order
     features: torch.Tensor | None = None  # [T, spec.width]: every token row, when a spec asked for them
+
+
+def slots_of(blocks: list[int], num_slots: int, block_size: int) -> torch.Tensor:
+    """Flat KV slot of each of the first `num_slots` logical positions of a block table."""
+    table = torch.tensor(blocks, dtype=torch.long)
+    return (table[:, None] * block_size + torch.arange(block_size)).flatten()[:num_slots]
 
 
 @dataclass

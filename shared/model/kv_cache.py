@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -46,12 +46,6 @@ class KVCache:
     def flat(self) -> tuple[torch.Tensor, torch.Tensor]:
         """All layers as [num_layers, num_slots, kv_heads, head_dim] views (for KV compaction)."""
         return self.k.flatten(1, 2), self.v.flatten(1, 2)
-
-
-def slots_of(blocks: Sequence[int], num_slots: int, block_size: int) -> torch.Tensor:
-    """Flat KV slot of each of the first `num_slots` logical positions of a block table."""
-    table = torch.tensor(list(blocks), dtype=torch.long)
-    return (table[:, None] * block_size + torch.arange(block_size)).flatten()[:num_slots]
 
 
 @dataclass
