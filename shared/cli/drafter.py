@@ -43,6 +43,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="the verifier's --colocation-socket: read its embedding and features through shared "
         "memory (same machine, CPU; needed by EAGLE)",
     )
+    parser.add_argument(
+        "--plugin-calls",
+        choices=["thread", "loop"],
+        default=None,
+        help="where the plugin's calls run: `thread` (a worker thread; the server stays responsive "
+        "during a call) or `loop` (the server's event loop; a shorter round trip, for a plugin "
+        "serving the one verifier beside it). Default: loop with --colocate, else thread",
+    )
     add_plugin_arguments(parser)
     parser.set_defaults(handler=_drafter)
 
@@ -50,6 +58,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def _drafter(args: argparse.Namespace) -> int:
     from treespec.drafter.server.app import serve
     from treespec.drafter.server.config import DrafterServerConfig
+    from treespec.drafter.server.plugin_calls import PluginCalls
     from treespec.shared.drafting.colocated_access import ColocatedTargetAccess
     from treespec.shared.drafting.colocation_wire import ColocationError
     from treespec.shared.drafting.drafter import DrafterContext
@@ -67,7 +76,8 @@ def _drafter(args: argparse.Namespace) -> int:
     context = DrafterContext(vocab_size, args.model_path, options, target)
     _configure_logging()
     try:
-        return serve(DrafterServerConfig(args.kind, context, args.host, args.port))
+        calls = PluginCalls(args.plugin_calls or ("loop" if args.colocate is not None else "thread"))
+        return serve(DrafterServerConfig(args.kind, context, args.host, args.port, plugin_calls=calls))
     except (ValueError, TypeError) as exc:  # unknown drafter, or options its constructor rejects
         print(f"treespec drafter: error: {exc}", file=sys.stderr)
         return 2

@@ -1,7 +1,6 @@
-"""A co-located drafter beside a model in this process: a ColocationServer over the model, a drafter
-server attached to it (a real `treespec drafter --colocate` process, or one in this process), and the
-verifier's RemoteDrafter wired to both. Benchmarks and tests compare it with the same plugin in
-process:
+"""A co-located drafter beside a model in this process: a ColocationServer over the model, a real
+`treespec drafter --colocate` process attached to it, and the verifier's RemoteDrafter wired to both.
+Benchmarks and tests compare it with the same plugin in process:
 
     with colocated_drafter(model, "eagle3", options, vocab_size, workdir) as co:
         engine = Engine(config, co.remote, model)
@@ -21,7 +20,6 @@ from typing import Any
 
 from treespec.shared.cli.ngram_flags import option_arguments
 from treespec.shared.drafting.colocation import ColocationServer
-from treespec.shared.drafting.drafter import Drafter
 from treespec.shared.launcher.health import grpc_serving
 from treespec.shared.launcher.parent_watch import child_env
 from treespec.shared.launcher.ports import free_port
@@ -38,8 +36,7 @@ class ColocatedDrafter:
     remote: RemoteDrafter  # give it to an Engine
     server: ColocationServer
     address: str  # the drafter server's
-    plugin: Drafter | None = None  # in process only: the plugin behind the server
-    process: subprocess.Popen[bytes] | None = None
+    process: subprocess.Popen[bytes]  # the `treespec drafter --colocate` process
 
 
 @contextmanager
@@ -50,7 +47,6 @@ def colocated_drafter(
     vocab_size: int,
     workdir: Path,
     *,
-    in_process: bool = False,
     deadline_s: float = 5.0,
     ready_timeout_s: float = 120.0,
     env: Mapping[str, str] | None = None,
@@ -63,44 +59,21 @@ def colocated_drafter(
         server = ColocationServer(socket_path, model).start()
         stack.callback(server.close)
         deadline = time.monotonic() + ready_timeout_s
-        plugin: Drafter | None = None
-        process: subprocess.Popen[bytes] | None = None
-        if in_process:
-            plugin, address = _serve_in_process(kind, options, vocab_size, socket_path, stack)
-        else:
-            port = free_port()
-            address = f"127.0.0.1:{port}"
-            process = _start_process(kind, options, vocab_size, port, socket_path, log, env or {})
-            stack.callback(_stop, process)
-            # Serving before the link opens: a link to a server still starting would back off.
-            _wait(lambda: grpc_serving(address), process, deadline, log)
+        port = free_port()
+        address = f"127.0.0.1:{port}"
+        process = _start_process(kind, options, vocab_size, port, socket_path, log, env or {})
+        stack.callback(_stop, process)
+        # Serving before the link opens: a link to a server still starting would back off.
+        _wait(lambda: grpc_serving(address), process, deadline, log)
         remote = RemoteDrafter([address], deadline_s=deadline_s, features=server)
         stack.callback(remote.shutdown)
         _wait(lambda: remote.wait_for_replicas(1, 0.2), process, deadline, log)
-        yield ColocatedDrafter(remote, server, address, plugin, process)
+        yield ColocatedDrafter(remote, server, address, process)
 
 
-def _serve_in_process(
-    kind: str, options: dict[str, Any], vocab_size: int, socket_path: Path, stack: ExitStack
-) -> tuple[Drafter, str]:
-    from treespec.drafter.server.app import DrafterServer
-    from treespec.shared.drafting.colocated_access import ColocatedTargetAccess
-    from treespec.shared.drafting.drafter import DrafterContext
-    from treespec.shared.drafting.registry import create_drafter
-
-    context = DrafterContext(vocab_size, options=options, target=ColocatedTargetAccess(socket_path))
-    plugin = create_drafter(kind, context)
-    drafter_server = DrafterServer(plugin, kind)
-    address = f"127.0.0.1:{drafter_server.start()}"
-    stack.callback(drafter_server.stop, 0)
-    return plugin, address
-
-
-def _wait(
-    ready: Callable[[], bool], process: subprocess.Popen[bytes] | None, deadline: float, log: Path
-) -> None:
+def _wait(ready: Callable[[], bool], process: subprocess.Popen[bytes], deadline: float, log: Path) -> None:
     while not ready():
-        exited = process is not None and process.poll() is not None
+        exited = process.poll() is not None
         if exited or time.monotonic() > deadline:
             text = log.read_text(errors="replace") if log.exists() else ""
             raise RuntimeError(f"the co-located drafter did not come up:\n{text[-4000:]}")

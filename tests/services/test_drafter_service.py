@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from tests.services.recording_drafter import RecordingDrafter
 from treespec.drafter.server.app import DrafterServer
+from treespec.drafter.server.plugin_calls import PluginCalls
 from treespec.kernels.tree_mask import validate_tree
 from treespec.shared.cli.drafter import parse_options, read_vocab_size
 from treespec.shared.drafting.drafter import DraftQuery
@@ -92,8 +93,9 @@ def run_steps(engine: Engine, tokens: dict[str, list[int]], steps: int | None = 
 # ---- the client against one server ------------------------------------------------------------
 
 
-def test_remote_trees_respect_budget_and_root() -> None:
-    with serving(RecordingDrafter(VOCAB)) as (_, address), remote([address]) as drafter:
+@pytest.mark.parametrize("calls", list(PluginCalls))
+def test_remote_trees_respect_budget_and_root(calls: PluginCalls) -> None:
+    with serving(RecordingDrafter(VOCAB), calls=calls) as (_, address), remote([address]) as drafter:
         drafter.open("r0", [1, 2, 3])
         drafter.commit("r0", [4, 5])
         tree, missing = drafter.propose([DraftQuery("r0", BUDGET), DraftQuery("never-opened", BUDGET)])
@@ -283,23 +285,31 @@ class RawStream:
         return reply
 
 
-def test_a_plugin_made_by_the_server_is_made_and_called_on_one_thread() -> None:
+@pytest.mark.parametrize("calls", list(PluginCalls))
+def test_a_plugin_made_by_the_server_is_made_and_called_on_one_thread(calls: PluginCalls) -> None:
     """All of a drafter process's torch work on one thread (DrafterServicer.build): each thread that
-    runs torch's parallel operations keeps an OpenMP team, and more teams than cores slow them all."""
+    runs torch's parallel operations keeps an OpenMP team, and more teams than cores slow them all.
+    That thread is a worker of its own (THREAD) or the one running the server's event loop (LOOP)."""
     made: list[RecordingDrafter] = []
 
     def make() -> RecordingDrafter:
         made.append(RecordingDrafter(VOCAB))
         return made[-1]
 
-    with serving(make) as (_, address), grpc.insecure_channel(address) as channel:
+    with serving(make, calls=calls) as (_, address), grpc.insecure_channel(address) as channel:
         stream = RawStream(channel)
         stream.open("a", [4, 5, 6])
         (reply,) = stream.propose(1, "a").results
         assert reply.HasField("tree")
+        stream.close("a")
+        stream.propose(2, "a")  # answered after the close was handled
+        names = {thread.ident: thread.name for thread in threading.enumerate()}
     (plugin,) = made
     assert plugin.made_on != threading.get_ident()
     assert plugin.called_on == {plugin.made_on}
+    assert [len(plugin.calls(m)) for m in ("open", "propose", "close")] == [1, 1, 1]
+    expected = "drafter-server" if calls is PluginCalls.LOOP else "drafter-plugin"
+    assert names[plugin.made_on].startswith(expected)
 
 
 def test_unknown_request_and_plugin_failure_are_reported_per_result() -> None:
@@ -316,9 +326,10 @@ def test_unknown_request_and_plugin_failure_are_reported_per_result() -> None:
         assert ok.HasField("tree") and ok.tree.tokens[0] == 6 and not ok.error
 
 
-def test_requests_of_a_vanished_client_are_closed() -> None:
+@pytest.mark.parametrize("calls", list(PluginCalls))
+def test_requests_of_a_vanished_client_are_closed(calls: PluginCalls) -> None:
     plugin = RecordingDrafter(VOCAB)
-    with serving(plugin) as (_, address), grpc.insecure_channel(address) as channel:
+    with serving(plugin, calls=calls) as (_, address), grpc.insecure_channel(address) as channel:
         first, second = RawStream(channel), RawStream(channel)
         for stream in (first, second):  # request ids are per verifier: the same id twice is fine
             stream.open("a", [1, 2])

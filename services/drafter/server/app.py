@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 import threading
 from collections.abc import Callable
+from typing import TypeVar
 
 from opentelemetry import trace
 
 from treespec.drafter.server.config import DrafterServerConfig, join_host_port
+from treespec.drafter.server.plugin_calls import PluginCalls
 from treespec.drafter.server.servicer import DrafterServicer
 from treespec.shared.drafting.drafter import Drafter
 from treespec.shared.drafting.registry import create_drafter
@@ -20,6 +23,8 @@ from treespec.shared.telemetry.tracing import build_tracer_provider, install_tra
 from treespec.v1 import drafter_pb2, drafter_pb2_grpc
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 SERVICE_NAME: str = drafter_pb2.DESCRIPTOR.services_by_name["Drafter"].full_name
 
@@ -34,7 +39,7 @@ async def start_server(servicer: DrafterServicer, address: str) -> ServerHandle:
 
 
 class DrafterServer:
-    """A drafter server on an event loop of its own, in a background thread."""
+    """A drafter server on an event loop of its own, in a background thread (started here)."""
 
     def __init__(
         self,
@@ -43,18 +48,25 @@ class DrafterServer:
         host: str = "127.0.0.1",
         port: int = 0,
         tracer: trace.Tracer | None = None,
+        calls: PluginCalls = PluginCalls.THREAD,
     ) -> None:
-        """`plugin`, or a function that makes it on the plugin's thread (DrafterServicer.build)."""
+        """`plugin`, or a function that makes it on the plugin's thread (DrafterServicer.build);
+        `calls`: where its calls run (plugin_calls.py)."""
         make = (lambda: plugin) if isinstance(plugin, Drafter) else plugin
-        self.servicer = DrafterServicer.build(make, kind, tracer)
         self._address = join_host_port(host, port)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="drafter-server", daemon=True)
         self._handle: ServerHandle | None = None
+        self._thread.start()
+        try:  # on the loop's thread, which runs the plugin's calls with PluginCalls.LOOP
+            build = _call(lambda: DrafterServicer.build(make, kind, tracer, calls))
+            self.servicer = asyncio.run_coroutine_threadsafe(build, self._loop).result()
+        except BaseException:
+            self._end_loop()
+            raise
 
     def start(self) -> int:
         """Returns the bound port (a free one when constructed with port 0)."""
-        self._thread.start()
         future = asyncio.run_coroutine_threadsafe(start_server(self.servicer, self._address), self._loop)
         self._handle = future.result()
         return self._handle.port
@@ -65,6 +77,9 @@ class DrafterServer:
             asyncio.run_coroutine_threadsafe(_stop(self._handle, grace_s), self._loop).result()
             self._handle = None
         self.servicer.shutdown()
+        self._end_loop()
+
+    def _end_loop(self) -> None:
         if self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join()
@@ -76,6 +91,10 @@ class DrafterServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+async def _call(fn: Callable[[], T]) -> T:
+    return fn()
 
 
 async def _stop(handle: ServerHandle, grace_s: float | None) -> None:
@@ -96,7 +115,9 @@ def serve(config: DrafterServerConfig) -> int:
     Raises UnknownDrafterError (a ValueError), or TypeError for options the plugin does not take.
     """
     install_tracer_provider(build_tracer_provider("treespec-drafter"))
-    servicer = DrafterServicer.build(lambda: create_drafter(config.kind, config.context), config.kind)
+    # Built on this thread, which runs the event loop below (and so, with PluginCalls.LOOP, the plugin).
+    make = functools.partial(create_drafter, config.kind, config.context)
+    servicer = DrafterServicer.build(make, config.kind, calls=config.plugin_calls)
     asyncio.run(_serve_until_signal(servicer, config))
     return 0
 

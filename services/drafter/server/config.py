@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from treespec.drafter.server.plugin_calls import PluginCalls
 from treespec.shared.drafting.drafter import DrafterContext
 
 DEFAULT_PORT = 50061
@@ -16,6 +17,7 @@ class DrafterServerConfig:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT  # 0: any free port
     grace_s: float = 5.0  # on SIGTERM/SIGINT: how long running streams may finish
+    plugin_calls: PluginCalls = PluginCalls.THREAD  # where the plugin's calls run (plugin_calls.py)
 
     @property
     def address(self) -> str:

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import grpc
 from opentelemetry import trace
 
+from treespec.drafter.server.plugin_calls import PluginCalls, PluginRunner, plugin_runner
 from treespec.drafter.server.session import DraftSession, Proposal, ProposalItem
 from treespec.drafter.server.spans import RequestSpans
 from treespec.shared.drafting.drafter import Drafter
@@ -26,34 +25,32 @@ T = TypeVar("T")
 
 
 class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
-    """Messages of a stream are handled in order. Plugin calls are synchronous and may be heavy, so
-    they run off the event loop, on one worker thread for all streams: plugins need not be
-    thread-safe, and a stream awaits each call before reading its next message."""
+    """Messages of a stream are handled in order. Plugin calls are synchronous and may be heavy; all
+    streams' calls run on one thread (plugin_calls.py): a worker of their own, or the event loop.
+    A stream awaits each call before reading its next message."""
 
-    def __init__(
-        self, plugin: Drafter, kind: str, tracer: trace.Tracer | None, executor: ThreadPoolExecutor
-    ) -> None:
-        """Use `build`: `executor` is the plugin's one thread, which made it."""
+    def __init__(self, plugin: Drafter, kind: str, tracer: trace.Tracer | None, runner: PluginRunner) -> None:
+        """Use `build`: `runner` runs the plugin's calls on the thread that made it."""
         self._plugin = plugin
         self._spans = RequestSpans(tracer or trace.get_tracer(TRACER_NAME), kind)
-        self._executor = executor
+        self._runner = runner
         self._stream_ids = itertools.count(1)
 
     @classmethod
     def build(
-        cls, make_plugin: Callable[[], Drafter], kind: str, tracer: trace.Tracer | None = None
+        cls,
+        make_plugin: Callable[[], Drafter],
+        kind: str,
+        tracer: trace.Tracer | None = None,
+        calls: PluginCalls = PluginCalls.THREAD,
     ) -> DrafterServicer:
         """A servicer whose plugin is made on the thread that will run it, so that one thread of the
         process does all its torch work: every thread that runs torch's parallel operations keeps an
         OpenMP thread team of its own, and with more such threads than cores libgomp throttles its
-        spin-waits, which slows every product (see VerifierServer.prepare)."""
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drafter-plugin")
-        try:
-            plugin = executor.submit(make_plugin).result()
-        except BaseException:
-            executor.shutdown(wait=False)
-            raise
-        return cls(plugin, kind, tracer, executor)
+        spin-waits, which slows every product (see VerifierServer.prepare). With `PluginCalls.LOOP`
+        that thread is the caller's: build it on the thread that will run the server's event loop."""
+        runner = plugin_runner(calls)
+        return cls(runner.make(make_plugin), kind, tracer, runner)
 
     async def Draft(
         self, request_iterator: AsyncIterator[drafter_pb2.DraftRequest], context: grpc.aio.ServicerContext
@@ -71,8 +68,8 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
             self._submit(session.close_all)
 
     def shutdown(self) -> None:
-        """After the server stopped: let the queued closes run, end the plugin thread, then the plugin."""
-        self._executor.shutdown(wait=True)
+        """After the server stopped: let the queued closes run, end the plugin's calls, then the plugin."""
+        self._runner.shutdown()
         self._plugin.shutdown()
 
     async def _handle(
@@ -96,13 +93,13 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
         return None
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        return await self._runner.run(fn, *args)
 
     def _submit(self, fn: Callable[[], object]) -> None:
         try:
-            self._executor.submit(fn)
+            self._runner.submit(fn)
         except RuntimeError:  # shut down already: the process is exiting
-            log.debug("plugin thread gone; skipping stream clean-up")
+            log.debug("plugin calls shut down; skipping stream clean-up")
 
 
 def _features(message: drafter_pb2.AdvanceDraft) -> FeatureSlots | None:

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from tests.unit.model.test_forward_vs_hf import make_checkpoint
+from treespec.drafter.server.plugin_calls import PluginCalls
 from treespec.kernels.panel_gemm import PanelWeight
 from treespec.shared.cli import drafter as drafter_cli
 from treespec.shared.cli.main import build_parser
@@ -279,6 +280,14 @@ def test_drafter_flag_gives_the_plugin_colocated_access(
     assert isinstance(target, ColocatedTargetAccess) and target.path == sock
     args = parse("drafter", "--kind", "random", "--vocab-size", "97")
     assert drafter_cli._drafter(args) == 0 and seen[1].context.target is None
+    # A co-located plugin's calls run on the server's event loop unless told otherwise (plugin_calls.py).
+    base = ("drafter", "--kind", "random", "--vocab-size", "97")
+    args = parse(*base, "--colocate", str(sock), "--plugin-calls", "thread")
+    assert drafter_cli._drafter(args) == 0
+    args = parse(*base, "--plugin-calls", "loop")
+    assert drafter_cli._drafter(args) == 0
+    calls = [c.plugin_calls for c in seen]
+    assert calls == [PluginCalls.LOOP, PluginCalls.THREAD, PluginCalls.THREAD, PluginCalls.LOOP]
 
 
 def test_serve_colocates_eagle_drafters_through_a_private_socket(tiny_path: Path) -> None:
