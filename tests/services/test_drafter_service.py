@@ -339,6 +339,7 @@ def test_requests_of_a_vanished_client_are_closed(calls: PluginCalls) -> None:
         first.call.cancel()
         assert eventually(lambda: {c.key.split("/")[1] for c in plugin.calls("close")} == {"a", "b"})
         assert len(plugin.calls("close")) == 2  # the second stream's "a" stays open
+        assert len(plugin.called_on) == 1  # the closes too ran on the plugin's one thread
         assert second.propose(2, "a").results[0].HasField("tree")
 
 

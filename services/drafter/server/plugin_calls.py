@@ -6,9 +6,9 @@ be thread-safe and the process keeps one OpenMP team (see DrafterServicer.build)
   while a call runs (other streams' messages are read, health checks answered), which suits a
   drafter replica serving many verifiers, or a plugin whose calls may wait (Redis).
 - `LOOP`: calls run on the event loop itself. Each message then costs no hand-off between threads,
-  which shortens a draft round trip (on 2 shared CPU cores, about 0.5 ms of 2; README, Co-location);
-  a call holds up everything else of the server while it runs. For a co-located drafter, whose
-  calls are bounded computations for the one verifier beside it.
+  which shortens a draft round trip (on 2 shared CPU cores, a few tenths of a millisecond of about 2;
+  README, Co-location); a call holds up everything else of the server while it runs. For a
+  co-located drafter, whose calls are bounded computations for the one verifier beside it.
 """
 
 from __future__ import annotations
