@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
 
 import grpc
 from opentelemetry import trace
@@ -20,8 +19,6 @@ from treespec.shared.telemetry.tracing import TRACER_NAME
 from treespec.v1 import drafter_pb2, drafter_pb2_grpc
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 
 class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
@@ -78,22 +75,19 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
         kind = message.WhichOneof("message")
         if kind == "open":
             m = message.open
-            await self._run(session.open, m.request_id, list(m.token_ids), dict(m.trace_context))
+            await self._runner.run(session.open, m.request_id, list(m.token_ids), dict(m.trace_context))
         elif kind == "advance":
             m = message.advance
-            await self._run(session.advance, m.request_id, list(m.token_ids), _features(m))
+            await self._runner.run(session.advance, m.request_id, list(m.token_ids), _features(m))
         elif kind == "close":
-            await self._run(session.close, message.close.request_id)
+            await self._runner.run(session.close, message.close.request_id)
         elif kind == "propose":
             items = [_item(i) for i in message.propose.items]
-            proposals = await self._run(session.propose, items)
+            proposals = await self._runner.run(session.propose, items)
             return drafter_pb2.DraftReply(
                 round=message.propose.round, results=[_result(p) for p in proposals]
             )
         return None
-
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self._runner.run(fn, *args)
 
     def _submit(self, fn: Callable[[], object]) -> None:
         try:
