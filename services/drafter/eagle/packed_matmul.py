@@ -19,7 +19,16 @@ oneDNN's native bfloat16 too, for the few rows of a drafting level (the head's s
 evicted between steps: 0.7 against 1.2 ms for one row, 1.0 against 1.3 for four, even at eight; a
 scratch script), and in the engine (the first bench prompt of each category, 128 tokens, interleaved)
 drafting took 18% less time and EAGLE3 ran 3% faster at the same acceptance length; so bfloat16 weights
-take the panels on every CPU but those with AMX, which keep oneDNN (not measured against the panels).
+take the panels on every CPU.
+
+On a CPU with AMX the panels win for a drafting level's few rows too, and oneDNN (whose bfloat16
+products run on the AMX tiles there) for many, as in the catch-up over a prompt; so there a bfloat16
+weight is kept in both layouts and each product takes the panels for at most `PANEL_ROWS_WITH_AMX`
+rows. The head's six products on a 2-core Xeon with AMX (a scratch script, 2026-11-25; weights evicted
+between calls by cycling through 32 copies): 1 row 0.84 ms in panels against 1.12 in oneDNN, 4 rows
+0.84 against 1.14, 8 rows 1.01 against 1.31, 12 rows 1.24 against 1.18, 16 rows 1.71 against 1.25;
+with the weights in cache, 64 rows 4.6 against 1.5 ms and 1,024 rows 86 against 23 ms. On a CPU with
+AVX512-BF16 and no AMX the panels serve every row count (the many-row crossover there is not measured).
 Elsewhere (a GPU, a head in another dtype) the head runs as plain torch modules.
 """
 
@@ -46,6 +55,9 @@ class MatmulDtype(StrEnum):
     BFLOAT16 = "bfloat16"
 
 
+PANEL_ROWS_WITH_AMX = 12  # on a CPU with AMX: panels up to this many rows, oneDNN above (docstring)
+
+
 @dataclass(frozen=True)
 class PackedMatmul:
     """x [T, in] -> x @ weight + bias, with the weight packed in `dtype`; x and the result in x's dtype."""
@@ -53,36 +65,32 @@ class PackedMatmul:
     weight: torch.Tensor | PanelWeight  # [in, out] in oneDNN's packed layout or in panels
     bias: torch.Tensor | None  # [out], in `dtype`
     dtype: torch.dtype
+    many_rows: torch.Tensor | None = None  # oneDNN's layout for more than PANEL_ROWS_WITH_AMX rows
 
     @classmethod
     def of(cls, weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> PackedMatmul:
         """weight [out, in] and bias [out] as nn.Linear holds them."""
         dense = weight.detach().t().to(dtype).contiguous()
         packed_bias = None if bias is None else bias.detach().to(dtype).contiguous()
-        return cls(_pack(dense), packed_bias, dtype)
+        gemm = _panels(dense.device)
+        if gemm is None:
+            return cls(pack_weight(dense), packed_bias, dtype)
+        many_rows = pack_weight(dense) if dense.dtype == torch.bfloat16 and cpu_features.amx() else None
+        return cls(gemm.pack(dense), packed_bias, dtype, many_rows)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == self.dtype or isinstance(self.weight, PanelWeight):  # panels take float32 rows
-            return linear(x, self.weight, self.bias)
-        return linear(x.to(self.dtype), self.weight, self.bias).to(x.dtype)
+        weight = self.weight
+        if self.many_rows is not None and x.shape[0] > PANEL_ROWS_WITH_AMX:
+            weight = self.many_rows
+        if x.dtype == self.dtype or isinstance(weight, PanelWeight):  # panels take float32 rows
+            return linear(x, weight, self.bias)
+        return linear(x.to(self.dtype), weight, self.bias).to(x.dtype)
 
 
-def _pack(dense: torch.Tensor) -> torch.Tensor | PanelWeight:
-    """Panels for a CPU weight where the kernel builds (bfloat16 ones only where the CPU has no AMX),
-    else oneDNN's layout."""
-    if dense.dtype == torch.bfloat16:
-        gemm = _bf16_panels()
-    else:
-        gemm = panel_gemm.panel_gemm() if panel_gemm.applies(dense.device, dense.dtype) else None
-    return gemm.pack(dense) if gemm is not None else pack_weight(dense)
-
-
-def _bf16_panels() -> panel_gemm.PanelGemm | None:
-    """The panel kernel, for bfloat16 weights on a CPU without AMX: with AVX512-BF16 alone it multiplies
-    a drafting level's few rows faster than oneDNN (module docstring); AMX keeps oneDNN (not measured)."""
-    if cpu_features.amx() or not panel_gemm.applies(torch.device("cpu"), torch.float32):
-        return None
-    return panel_gemm.panel_gemm()
+def _panels(device: torch.device) -> panel_gemm.PanelGemm | None:
+    """The panel kernel, where it builds: it takes float32 rows and float32 or bfloat16 weights (widening
+    each to float32 as it reads it, so bfloat16 ones need no native support)."""
+    return panel_gemm.panel_gemm() if panel_gemm.applies(device, torch.float32) else None
 
 
 def packed_dtype(choice: MatmulDtype, device: torch.device, dtype: torch.dtype) -> torch.dtype | None:
@@ -94,7 +102,7 @@ def packed_dtype(choice: MatmulDtype, device: torch.device, dtype: torch.dtype) 
         return None
     if choice is MatmulDtype.FLOAT32:
         return torch.float32
-    fast = cpu_features.native_bf16() or _bf16_panels() is not None  # no slower than float32
+    fast = cpu_features.native_bf16() or _panels(device) is not None
     if choice is MatmulDtype.AUTO and not fast:
         return torch.float32
     if not _bf16_packing_works():
@@ -114,9 +122,12 @@ def _bf16_packing_works() -> bool:
     try:
         generator = torch.Generator().manual_seed(0)
         weight = torch.randn(48, 64, generator=generator)
-        x = torch.randn(3, 64, generator=generator)
-        got = PackedMatmul.of(weight, None, torch.bfloat16)(x)
-        return bool(torch.allclose(got, x @ weight.t(), rtol=0.05, atol=0.1))
+        product = PackedMatmul.of(weight, None, torch.bfloat16)
+        for rows in (3, PANEL_ROWS_WITH_AMX + 1):  # both layouts where a weight keeps two
+            x = torch.randn(rows, 64, generator=generator)
+            if not torch.allclose(product(x), x @ weight.t(), rtol=0.05, atol=0.1):
+                return False
+        return True
     except (RuntimeError, AttributeError) as exc:  # a torch build without bfloat16 oneDNN ops
         log.info("bfloat16 packing unavailable: %r", exc)
         return False

@@ -93,7 +93,7 @@ def test_the_matmul_dtype_follows_the_option_and_the_cpu(monkeypatch: pytest.Mon
         packed_dtype(MatmulDtype.BFLOAT16, CPU, torch.float64)
     monkeypatch.setattr(cpu_features, "native_bf16", lambda: False)
     # Without native bfloat16, auto takes it where the panel kernel multiplies it.
-    panels = packed_matmul._bf16_panels() is not None
+    panels = packed_matmul._panels(CPU) is not None
     assert packed_dtype(MatmulDtype.AUTO, CPU, torch.float32) == (torch.bfloat16 if panels else torch.float32)
     if panels:
         assert isinstance(PackedMatmul.of(torch.randn(40, 8), None, torch.bfloat16).weight, PanelWeight)
@@ -102,14 +102,37 @@ def test_the_matmul_dtype_follows_the_option_and_the_cpu(monkeypatch: pytest.Mon
     assert packed_dtype(MatmulDtype.AUTO, CPU, torch.float32) == want
 
 
-def test_bfloat16_weights_take_the_panels_unless_the_cpu_has_amx(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cpu_features, "amx", lambda: False)
+def test_bfloat16_weights_take_the_panels_and_on_amx_onednn_for_many_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     builds = panel_gemm.applies(CPU, torch.float32)  # x86-64 with a compiler, as on CI
-    assert (packed_matmul._bf16_panels() is not None) == builds
-    assert isinstance(PackedMatmul.of(torch.randn(40, 8), None, torch.bfloat16).weight, PanelWeight) == builds
+    native = cpu_features.native_bf16()  # oneDNN multiplies bfloat16 (AVX512-BF16 or AMX)
+    g = torch.Generator().manual_seed(1)
+    weight, bias = torch.randn(40, 8, generator=g), torch.randn(40, generator=g)
+    monkeypatch.setattr(cpu_features, "amx", lambda: False)
+    product = PackedMatmul.of(weight, bias, torch.bfloat16)
+    assert isinstance(product.weight, PanelWeight) == builds
+    assert product.many_rows is None  # without AMX: the panels for every row count
     monkeypatch.setattr(cpu_features, "amx", lambda: True)
-    assert packed_matmul._bf16_panels() is None
-    assert not isinstance(PackedMatmul.of(torch.randn(40, 8), None, torch.bfloat16).weight, PanelWeight)
+    product = PackedMatmul.of(weight, bias, torch.bfloat16)
+    assert isinstance(product.weight, PanelWeight) == builds
+    assert (product.many_rows is not None) == builds  # oneDNN beside the panels, not instead of them
+    if not (builds and native):
+        return
+    took: list[bool] = []  # per product: did it take the panels?
+    real_linear = packed_matmul.linear
+
+    def seen(x: torch.Tensor, weight: object, bias: torch.Tensor | None = None) -> torch.Tensor:
+        took.append(isinstance(weight, PanelWeight))
+        return real_linear(x, weight, bias)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(packed_matmul, "linear", seen)
+    for rows in (1, packed_matmul.PANEL_ROWS_WITH_AMX, packed_matmul.PANEL_ROWS_WITH_AMX + 1, 64):
+        x = torch.randn(rows, 8, generator=g)
+        out = product(x)
+        assert out.dtype == torch.float32 and out.shape == (rows, 40)
+        torch.testing.assert_close(out, x @ weight.t() + bias, rtol=0.05, atol=0.1)
+        assert took.pop() == (rows <= packed_matmul.PANEL_ROWS_WITH_AMX), rows
 
 
 def test_the_cli_offers_every_matmul_dtype() -> None:
