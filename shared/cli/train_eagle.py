@@ -76,7 +76,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="unrolled drafting steps (eagle3: 4, eagle: 1)",
     )
     parser.add_argument(
-        "--draft-vocab", type=positive_int, default=8192, help="EAGLE-3's draft vocabulary size"
+        "--draft-vocab",
+        type=positive_int,
+        default=8192,
+        help="EAGLE-3's draft vocabulary size; with --init-head, its vocabulary is grown to this size "
+        "(by the tokens the data generates most) when it holds fewer, and kept as is otherwise",
     )
     parser.add_argument("--save-every", type=positive_int, default=50, help="checkpoint every N steps")
     parser.add_argument("--seed", type=int, default=0)

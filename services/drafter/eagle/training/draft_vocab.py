@@ -43,6 +43,18 @@ def given_draft_vocab(target_ids: torch.Tensor, sequences: list[Sequence], vocab
     return _over(target_ids.sort().values, _generated_counts(sequences, vocab_size))
 
 
+def grown_draft_vocab(
+    target_ids: torch.Tensor, sequences: list[Sequence], vocab_size: int, size: int
+) -> DraftVocab:
+    """An existing head's draft vocabulary (`target_ids`) grown to `size` by the tokens it lacks that
+    the data generated most often; every token it held stays."""
+    counts = _generated_counts(sequences, vocab_size)
+    others = counts.double()
+    others[target_ids] = -1.0  # never picked again
+    added = others.topk(max(0, min(size, vocab_size) - int(target_ids.shape[0]))).indices
+    return _over(torch.cat([target_ids, added]).sort().values, counts)
+
+
 def _generated_counts(sequences: list[Sequence], vocab_size: int) -> torch.Tensor:
     counts = torch.zeros(vocab_size, dtype=torch.long)
     for s in sequences:

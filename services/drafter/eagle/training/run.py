@@ -17,7 +17,12 @@ from treespec.drafter.eagle.target_features import default_aux_layer_ids
 from treespec.drafter.eagle.training.conversations import ConversationSettings
 from treespec.drafter.eagle.training.data_stage import DataSettings, build_dataset
 from treespec.drafter.eagle.training.dataset import Sequence, read_all
-from treespec.drafter.eagle.training.draft_vocab import DraftVocab, choose_draft_vocab, given_draft_vocab
+from treespec.drafter.eagle.training.draft_vocab import (
+    DraftVocab,
+    choose_draft_vocab,
+    given_draft_vocab,
+    grown_draft_vocab,
+)
 from treespec.drafter.eagle.training.trainer import Trainer, TrainSettings, split_held_out
 from treespec.drafter.eagle.training.unrolled import TrainingTargets
 from treespec.shared.drafting.features import FeatureSpec
@@ -153,12 +158,16 @@ def _starting_head(
     lm_head: torch.Tensor,
     norm: torch.Tensor,
 ) -> tuple[EagleHead, DraftVocab | None]:
-    """The head training starts from, with its draft vocabulary (EAGLE-3): --init-head's, or a fresh
-    head over the data's most generated tokens."""
+    """The head training starts from, with its draft vocabulary (EAGLE-3): --init-head's (grown to
+    --draft-vocab when that is larger), or a fresh head over the data's most generated tokens."""
     if init is not None:
         if not init.config.is_eagle3:
             return init, None
-        return init, given_draft_vocab(init.draft_to_target(), sequences, head_config.vocab_size)
+        held = init.draft_to_target()
+        if config.draft_vocab <= held.shape[0]:
+            return init, given_draft_vocab(held, sequences, head_config.vocab_size)
+        vocab = grown_draft_vocab(held, sequences, head_config.vocab_size, config.draft_vocab)
+        return _grown_head(init, vocab, lm_head), vocab
     if not head_config.is_eagle3:
         return EagleHead(head_config), None
     vocab = choose_draft_vocab(sequences, head_config.vocab_size, config.draft_vocab)
@@ -167,6 +176,24 @@ def _starting_head(
     head.get_buffer("d2t").copy_(vocab.d2t)
     head.get_buffer("t2d").copy_(vocab.t2d(head_config.vocab_size))
     return head, vocab
+
+
+def _grown_head(head: EagleHead, vocab: DraftVocab, target_lm_head: torch.Tensor) -> EagleHead:
+    """`head` over the larger draft vocabulary `vocab` (which holds all of its tokens): its own lm_head
+    rows for the tokens it had, the target's rows for the added ones (a fresh head's lm_head starts
+    the same way, and a trained head's rows stay close to the target's), every other weight as is."""
+    grown = EagleHead(_with_draft_vocab(head.config, int(vocab.target_ids.shape[0])))
+    resized = {"lm_head.weight", "d2t", "t2d"}
+    kept = {k: v for k, v in head.state_dict().items() if k not in resized}
+    missing, unexpected = grown.load_state_dict(kept, strict=False)
+    assert set(missing) == resized and not unexpected, (missing, unexpected)
+    rows = target_lm_head[vocab.target_ids].clone()
+    rows[torch.searchsorted(vocab.target_ids, head.draft_to_target())] = head.lm_head.weight.detach()
+    with torch.no_grad():
+        grown.lm_head.weight.copy_(rows)
+    grown.get_buffer("d2t").copy_(vocab.d2t)
+    grown.get_buffer("t2d").copy_(vocab.t2d(head.config.vocab_size))
+    return grown
 
 
 def _warm_start(path: Path, shape: TargetShape, fmt: EagleFormat) -> EagleHead:

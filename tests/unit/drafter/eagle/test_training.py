@@ -23,7 +23,7 @@ from treespec.drafter.eagle.head import EagleHead, HeadOutput
 from treespec.drafter.eagle.head_config import EagleFormat
 from treespec.drafter.eagle.training.data_stage import generation_dtype
 from treespec.drafter.eagle.training.dataset import Manifest, Sequence, read_all
-from treespec.drafter.eagle.training.draft_vocab import DraftVocab, choose_draft_vocab
+from treespec.drafter.eagle.training.draft_vocab import DraftVocab, choose_draft_vocab, grown_draft_vocab
 from treespec.drafter.eagle.training.trainer import split_held_out
 from treespec.drafter.eagle.training.unrolled import TrainingTargets, unrolled_loss
 from treespec.kernels import cpu_features
@@ -35,7 +35,7 @@ from treespec.shared.drafting.target_access import LocalTargetAccess
 from treespec.shared.drafting.token_tree import TreeBudget
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.linear import linear
-from treespec.shared.model.loader import load_model
+from treespec.shared.model.loader import LoadOptions, load_model
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine
 from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
@@ -241,6 +241,13 @@ def test_draft_vocab_is_the_most_generated_tokens() -> None:
     assert vocab.coverage == pytest.approx(9 / 10)
     assert choose_draft_vocab(data, 20, 50).target_ids.shape[0] == 20  # capped at the vocabulary
 
+    # Grown from a head's vocabulary {9, 15}: it keeps both (15 was never generated here) and adds
+    # the most generated tokens it lacks, 7 then 3.
+    grown = grown_draft_vocab(torch.tensor([9, 15]), data, 20, 4)
+    assert grown.target_ids.tolist() == [3, 7, 9, 15]
+    assert grown.coverage == pytest.approx(9 / 10)
+    assert grown_draft_vocab(torch.tensor([9, 15]), data, 20, 2).target_ids.tolist() == [9, 15]
+
 
 def _tiny_shape() -> TargetShape:
     return TargetShape(HIDDEN, VOCAB, LAYERS)
@@ -381,6 +388,7 @@ def test_train_eagle_cli_end_to_end(smol_tiny: Path, tmp_path: Path) -> None:
     moved = load_head(tmp_path / "warm2", shape).state_dict()
     assert torch.equal(moved["d2t"], start["d2t"]) and trained["draft_vocab"] == 256
     assert not torch.equal(moved["midlayer.mlp.up_proj.weight"], start["midlayer.mlp.up_proj.weight"])
+    _check_grown_head(smol_tiny, tmp_path, data, out, shape)
     wrong = ["train-eagle", "--target", str(smol_tiny), "--output", str(tmp_path / "wrong")]
     wrong += ["--data-dir", str(data), "--format", "eagle", "--init-head", str(out), "--no-progress"]
     assert main(wrong) == 2  # an EAGLE-3 head cannot start an EAGLE run
@@ -403,6 +411,29 @@ def test_train_eagle_cli_end_to_end(smol_tiny: Path, tmp_path: Path) -> None:
     )
     assert set(_tensor_names(out2)) == EAGLE_TENSORS == set(_tensor_names(public2).keys())
     _greedy_equals_plain(smol_tiny, model, "eagle", out2)
+
+
+def _check_grown_head(target: Path, tmp_path: Path, data: Path, start_dir: Path, shape: TargetShape) -> None:
+    """--init-head with a larger --draft-vocab: the head's vocabulary grows; its tokens keep their lm_head
+    rows, the added ones take the target's rows, and every other weight stays."""
+    out = tmp_path / "grown"
+    stage = ["--data-tokens", "150", "--data-batch", "4", "--draft-vocab", "300"]
+    record = _train(target, out, data, *stage, "--steps", "0", "--init-head", str(start_dir))
+    start, grown = load_head(start_dir, shape), load_head(out, shape)
+    assert record["draft_vocab"] == grown.config.draft_vocab_size == 300
+    old_ids, new_ids = start.draft_to_target(), grown.draft_to_target()
+    assert bool(torch.isin(old_ids, new_ids).all()) and new_ids.unique().numel() == 300
+    assert torch.equal(grown.get_buffer("t2d").nonzero().flatten(), new_ids)
+    at = torch.searchsorted(new_ids, old_ids)
+    assert torch.equal(grown.lm_head.weight[at], start.lm_head.weight)
+    added = ~torch.isin(new_ids, old_ids)
+    lm_head = load_model(target, LoadOptions(pack_weights=False)).weights.lm_head
+    assert isinstance(lm_head, torch.Tensor)
+    target_rows = lm_head.t()[new_ids[added]].to(torch.bfloat16).float()  # the head is saved in bfloat16
+    assert torch.equal(grown.lm_head.weight[added].float(), target_rows)
+    before, after = start.state_dict(), grown.state_dict()
+    for name in before.keys() - {"lm_head.weight", "d2t", "t2d"}:
+        assert torch.equal(before[name], after[name]), name
 
 
 @pytest.mark.parametrize(
