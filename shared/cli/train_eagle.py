@@ -79,8 +79,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--draft-vocab",
         type=positive_int,
         default=8192,
-        help="EAGLE-3's draft vocabulary size; with --init-head, its vocabulary is grown to this size "
-        "(by the tokens the data generates most) when it holds fewer, and kept as is otherwise",
+        help="EAGLE-3's draft vocabulary size; with --init-head, a head holding fewer tokens is grown up "
+        "to it by the tokens the data generates that it lacks (most generated first, their lm_head rows "
+        "from zero), and a head holding more is kept as is",
     )
     parser.add_argument("--save-every", type=positive_int, default=50, help="checkpoint every N steps")
     parser.add_argument("--seed", type=int, default=0)

@@ -46,12 +46,15 @@ def given_draft_vocab(target_ids: torch.Tensor, sequences: list[Sequence], vocab
 def grown_draft_vocab(
     target_ids: torch.Tensor, sequences: list[Sequence], vocab_size: int, size: int
 ) -> DraftVocab:
-    """An existing head's draft vocabulary (`target_ids`) grown to `size` by the tokens it lacks that
-    the data generated most often; every token it held stays."""
+    """An existing head's draft vocabulary (`target_ids`) grown towards `size` by the tokens it lacks
+    that the data generated, the most generated first; every token it held stays. Tokens the data
+    never generated are not added: many are a BPE tokenizer's intermediate merges (" restaur" beside
+    " restaurant") that the target never predicts, whose rows it never trained, and a head given them
+    drafts them everywhere (a grown head's top-1 agreement fell from 0.43 to 0.03 with them)."""
     counts = _generated_counts(sequences, vocab_size)
-    others = counts.double()
-    others[target_ids] = -1.0  # never picked again
-    added = others.topk(max(0, min(size, vocab_size) - int(target_ids.shape[0]))).indices
+    order = torch.sort(counts, descending=True, stable=True).indices
+    lacking = order[(counts[order] > 0) & ~torch.isin(order, target_ids)]
+    added = lacking[: max(0, min(size, vocab_size) - int(target_ids.shape[0]))]
     return _over(torch.cat([target_ids, added]).sort().values, counts)
 
 

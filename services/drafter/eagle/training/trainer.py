@@ -58,6 +58,7 @@ class HeldOutAccuracy:
 
     all_positions: list[float]
     answers: list[float]
+    answers_all_tokens: list[float]  # EAGLE-3: answer tokens outside the draft vocabulary count as misses
 
 
 class Trainer:
@@ -147,12 +148,16 @@ class Trainer:
         s = self.settings
         hits, counts = [0] * s.ttt_steps, [0] * s.ttt_steps
         answer_hits, answer_counts = [0] * s.ttt_steps, [0] * s.ttt_steps
+        all_rows = [0] * s.ttt_steps
         self.head.eval()
         for seq in sequences:
             result = unrolled_loss(self.head, seq.cut(s.max_sequence), self.targets, s.ttt_steps, s.ttt_decay)
             _tally(result.correct, result.counted, hits, counts)
             _tally(result.answer_correct, result.answer_counted, answer_hits, answer_counts)
-        return HeldOutAccuracy(_ratios(hits, counts), _ratios(answer_hits, answer_counts))
+            all_rows = [a + b for a, b in zip(all_rows, result.answer_rows, strict=True)]
+        return HeldOutAccuracy(
+            _ratios(hits, counts), _ratios(answer_hits, answer_counts), _ratios(answer_hits, all_rows)
+        )
 
     def _set_lr(self) -> None:
         s = self.settings

@@ -13,7 +13,8 @@ renormalised over the tokens it holds; positions whose greedy token is outside i
 EAGLE(-2): smooth-L1 between the output and the target's feature of the next position, plus
 0.1 x cross-entropy through the target's lm_head. Accuracy always counts agreement with the greedy token,
 over every position and, apart, over the answers' (where the head drafts when serving: the template
-and the user turn are easier or harder to predict than answers, so they would blur the figure).
+and the user turn are easier or harder to predict than answers, so they would blur the figure); the
+rows left out of an EAGLE-3 loss are counted apart, as misses drafting would meet.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ class StepResult:
     counted: list[int]  # per step: rows in the loss
     answer_correct: list[int]  # per step: the same, for rows predicting a token of the answer
     answer_counted: list[int]
+    # per step: rows predicting a token of the answer, those outside the draft vocabulary too (which
+    # a drafted path can never hold); answer_correct over this is the agreement drafting meets
+    answer_rows: list[int]
 
 
 @dataclass(frozen=True)
@@ -51,14 +55,15 @@ class _Hits:
     counted: int
     answer_correct: int
     answer_counted: int
+    answer_rows: int
 
     @classmethod
-    def of(cls, hit: torch.Tensor, answer: torch.Tensor) -> _Hits:
-        """hit, answer: [rows] bool: top-1 right; the row predicts a token of the answer."""
-        return cls(int(hit.sum()), int(hit.numel()), int((hit & answer).sum()), int(answer.sum()))
-
-
-NO_HITS = _Hits(0, 0, 0, 0)
+    def of(cls, hit: torch.Tensor, answer: torch.Tensor, answer_rows: int) -> _Hits:
+        """hit, answer: [rows] bool: top-1 right; the row predicts a token of the answer. answer_rows:
+        the answer rows before any was left out of the loss."""
+        return cls(
+            int(hit.sum()), int(hit.numel()), int((hit & answer).sum()), int(answer.sum()), answer_rows
+        )
 
 
 def unrolled_loss(
@@ -94,6 +99,7 @@ def unrolled_loss(
         [h.counted for h in hits],
         [h.answer_correct for h in hits],
         [h.answer_counted for h in hits],
+        [h.answer_rows for h in hits],
     )
 
 
@@ -114,23 +120,24 @@ def _step_loss(
 ) -> tuple[torch.Tensor, _Hits]:
     labels = seq.next_argmax[label_at]
     answer = label_at + 1 >= seq.answer_start  # the predicted token (after position label_at) is the answer's
+    answer_rows = int((answer & valid).sum())
     if head.config.is_eagle3:
         assert targets.draft_index is not None
         draft_labels = targets.draft_index[labels]
         keep = valid & (draft_labels >= 0)
         if not bool(keep.any()):
-            return torch.zeros(()), NO_HITS
+            return torch.zeros(()), _Hits(0, 0, 0, 0, answer_rows)
         logits = head.lm_head(for_logits[keep])
         loss = _token_loss(logits, seq, label_at[keep], draft_labels[keep], targets.draft_index)
-        return loss, _Hits.of(logits.argmax(-1) == draft_labels[keep], answer[keep])
+        return loss, _Hits.of(logits.argmax(-1) == draft_labels[keep], answer[keep], answer_rows)
     assert targets.lm_head is not None
     if not bool(valid.any()):
-        return torch.zeros(()), NO_HITS
+        return torch.zeros(()), _Hits(0, 0, 0, 0, 0)
     feature_next = seq.features[label_at].float()
     regression = F.smooth_l1_loss(out_hidden[valid], feature_next[valid])
     logits = for_logits[valid] @ targets.lm_head.t()
     token = _token_loss(logits, seq, label_at[valid], labels[valid])
-    hits = _Hits.of(logits.argmax(-1) == labels[valid], answer[valid])
+    hits = _Hits.of(logits.argmax(-1) == labels[valid], answer[valid], answer_rows)
     return regression + TOKEN_LOSS_WEIGHT_EAGLE * token, hits
 
 

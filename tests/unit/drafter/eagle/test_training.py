@@ -35,7 +35,7 @@ from treespec.shared.drafting.target_access import LocalTargetAccess
 from treespec.shared.drafting.token_tree import TreeBudget
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.linear import linear
-from treespec.shared.model.loader import LoadOptions, load_model
+from treespec.shared.model.loader import load_model
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine
 from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
@@ -200,6 +200,19 @@ def test_answer_accuracy_counts_only_rows_that_predict_an_answer_token(tmp_path:
         assert result.counted[j] == len(rows) and result.correct[j] == len(right)
         assert result.answer_counted[j] == len(answer_rows) == n - answer_start + 1
         assert result.answer_correct[j] == len(right & set(answer_rows))
+        assert result.answer_rows[j] == len(answer_rows)  # the whole vocabulary is the draft's here
+
+    # Tokens outside the draft vocabulary leave the loss and the in-vocabulary counts, not answer_rows.
+    outside = seq.next_argmax[answer_start - 1 :: 2].unique()
+    partial = TrainingTargets(
+        targets.embed, None, torch.where(torch.isin(torch.arange(VOCAB), outside), -1, 0)
+    )
+    with torch.no_grad():
+        result = unrolled_loss(head, seq, partial, steps, 0.8)
+    answer_labels = seq.next_argmax[answer_start - 1 : n]  # what the answer rows predict, at every step
+    inside = int((~torch.isin(answer_labels, outside)).sum())
+    assert 0 < inside < n - answer_start + 1
+    assert result.answer_rows == [n - answer_start + 1] * steps and result.answer_counted == [inside] * steps
 
 
 # ---- (b) the draft vocabulary ------------------------------------------------------------------
@@ -242,10 +255,11 @@ def test_draft_vocab_is_the_most_generated_tokens() -> None:
     assert choose_draft_vocab(data, 20, 50).target_ids.shape[0] == 20  # capped at the vocabulary
 
     # Grown from a head's vocabulary {9, 15}: it keeps both (15 was never generated here) and adds
-    # the most generated tokens it lacks, 7 then 3.
+    # the most generated tokens it lacks, 7 then 3, then 5, and no token the data never generated.
     grown = grown_draft_vocab(torch.tensor([9, 15]), data, 20, 4)
     assert grown.target_ids.tolist() == [3, 7, 9, 15]
     assert grown.coverage == pytest.approx(9 / 10)
+    assert grown_draft_vocab(torch.tensor([9, 15]), data, 20, 7).target_ids.tolist() == [3, 5, 7, 9, 15]
     assert grown_draft_vocab(torch.tensor([9, 15]), data, 20, 2).target_ids.tolist() == [9, 15]
 
 
@@ -388,7 +402,7 @@ def test_train_eagle_cli_end_to_end(smol_tiny: Path, tmp_path: Path) -> None:
     moved = load_head(tmp_path / "warm2", shape).state_dict()
     assert torch.equal(moved["d2t"], start["d2t"]) and trained["draft_vocab"] == 256
     assert not torch.equal(moved["midlayer.mlp.up_proj.weight"], start["midlayer.mlp.up_proj.weight"])
-    _check_grown_head(smol_tiny, tmp_path, data, out, shape)
+    _check_grown_head(smol_tiny, tmp_path, data, shape)
     wrong = ["train-eagle", "--target", str(smol_tiny), "--output", str(tmp_path / "wrong")]
     wrong += ["--data-dir", str(data), "--format", "eagle", "--init-head", str(out), "--no-progress"]
     assert main(wrong) == 2  # an EAGLE-3 head cannot start an EAGLE run
@@ -413,27 +427,33 @@ def test_train_eagle_cli_end_to_end(smol_tiny: Path, tmp_path: Path) -> None:
     _greedy_equals_plain(smol_tiny, model, "eagle", out2)
 
 
-def _check_grown_head(target: Path, tmp_path: Path, data: Path, start_dir: Path, shape: TargetShape) -> None:
-    """--init-head with a larger --draft-vocab: the head's vocabulary grows; its tokens keep their lm_head
-    rows, the added ones take the target's rows, and every other weight stays."""
-    out = tmp_path / "grown"
-    stage = ["--data-tokens", "150", "--data-batch", "4", "--draft-vocab", "300"]
-    record = _train(target, out, data, *stage, "--steps", "0", "--init-head", str(start_dir))
+def _check_grown_head(target: Path, tmp_path: Path, data: Path, shape: TargetShape) -> None:
+    """--init-head with a larger --draft-vocab: the head's vocabulary grows by the tokens the data
+    generated; its tokens keep their lm_head rows, the added ones start at zero, and every other weight
+    stays."""
+    start_dir = write_eagle3(tmp_path / "small", SMOL_HIDDEN, SMOL_VOCAB, SMOL_LAYERS, draft_vocab=8)
+    out, stage = tmp_path / "grown", ["--data-tokens", "150", "--data-batch", "4"]
+    record = _train(
+        target, out, data, *stage, "--draft-vocab", "300", "--steps", "0", "--init-head", str(start_dir)
+    )
     start, grown = load_head(start_dir, shape), load_head(out, shape)
-    assert record["draft_vocab"] == grown.config.draft_vocab_size == 300
     old_ids, new_ids = start.draft_to_target(), grown.draft_to_target()
-    assert bool(torch.isin(old_ids, new_ids).all()) and new_ids.unique().numel() == 300
+    generated = torch.cat([s.next_argmax[max(0, s.answer_start - 1) :] for s in read_all(data)]).unique()
+    assert set(new_ids.tolist()) == set(old_ids.tolist()) | set(generated.tolist())
+    assert record["draft_vocab"] == grown.config.draft_vocab_size == new_ids.numel() < 300
+    assert new_ids.numel() > 8 and record["draft_vocab_coverage"] == 1.0
     assert torch.equal(grown.get_buffer("t2d").nonzero().flatten(), new_ids)
     at = torch.searchsorted(new_ids, old_ids)
-    assert torch.equal(grown.lm_head.weight[at], start.lm_head.weight)
+    assert torch.equal(_bf16(grown.lm_head.weight[at]), _bf16(start.lm_head.weight))  # saved in bfloat16
     added = ~torch.isin(new_ids, old_ids)
-    lm_head = load_model(target, LoadOptions(pack_weights=False)).weights.lm_head
-    assert isinstance(lm_head, torch.Tensor)
-    target_rows = lm_head.t()[new_ids[added]].to(torch.bfloat16).float()  # the head is saved in bfloat16
-    assert torch.equal(grown.lm_head.weight[added].float(), target_rows)
+    assert bool(added.any()) and not bool(grown.lm_head.weight[added].any())
     before, after = start.state_dict(), grown.state_dict()
     for name in before.keys() - {"lm_head.weight", "d2t", "t2d"}:
-        assert torch.equal(before[name], after[name]), name
+        assert torch.equal(_bf16(before[name]), _bf16(after[name])), name
+
+
+def _bf16(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to(torch.bfloat16)
 
 
 @pytest.mark.parametrize(
