@@ -78,10 +78,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--draft-vocab",
         type=positive_int,
-        default=8192,
-        help="EAGLE-3's draft vocabulary size; with --init-head, a head holding fewer tokens is grown up "
-        "to it by the tokens the data generates that it lacks (most generated first, their lm_head rows "
-        "from zero), and a head holding more is kept as is",
+        default=None,
+        help="EAGLE-3's draft vocabulary size (default: 8192 for a fresh head, --init-head's own for it); "
+        "with --init-head, a head holding fewer tokens is grown up to it by the tokens the data generates "
+        "that it lacks (most generated first, their lm_head rows from zero), one holding more is kept",
     )
     parser.add_argument("--save-every", type=positive_int, default=50, help="checkpoint every N steps")
     parser.add_argument("--seed", type=int, default=0)

@@ -31,6 +31,7 @@ from treespec.shared.model.loader import LoadOptions, load_model
 
 log = logging.getLogger(__name__)
 RECORD_FILE = "training.json"
+DEFAULT_DRAFT_VOCAB = 8192  # a fresh EAGLE-3 head's draft vocabulary
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class TrainEagleConfig:
     data_dir: Path
     data_tokens: int
     train: TrainSettings
-    draft_vocab: int = 8192
+    draft_vocab: int | None = None  # EAGLE-3: a fresh head's size (None: 8192); --init-head's grows to it
     data_batch: int = 32
     answer_tokens: int = 256
     top_k: int = 16  # soft labels stored per position (0: train on the greedy token only)
@@ -165,13 +166,14 @@ def _starting_head(
         if not init.config.is_eagle3:
             return init, None
         held = init.draft_to_target()
-        if config.draft_vocab <= held.shape[0]:
+        if config.draft_vocab is None or config.draft_vocab <= held.shape[0]:
             return init, given_draft_vocab(held, sequences, head_config.vocab_size)
         vocab = grown_draft_vocab(held, sequences, head_config.vocab_size, config.draft_vocab)
         return _grown_head(init, vocab), vocab
     if not head_config.is_eagle3:
         return EagleHead(head_config), None
-    vocab = choose_draft_vocab(sequences, head_config.vocab_size, config.draft_vocab)
+    size = config.draft_vocab if config.draft_vocab is not None else DEFAULT_DRAFT_VOCAB
+    vocab = choose_draft_vocab(sequences, head_config.vocab_size, size)
     config3 = _with_draft_vocab(head_config, int(vocab.target_ids.shape[0]))
     head = _init_eagle3_head(config3, lm_head[vocab.target_ids], norm)
     head.get_buffer("d2t").copy_(vocab.d2t)

@@ -450,6 +450,9 @@ def _check_grown_head(target: Path, tmp_path: Path, data: Path, shape: TargetSha
     before, after = start.state_dict(), grown.state_dict()
     for name in before.keys() - {"lm_head.weight", "d2t", "t2d"}:
         assert torch.equal(_bf16(before[name]), _bf16(after[name])), name
+    # Without --draft-vocab the head keeps its own vocabulary (not the fresh heads' default, 8192).
+    kept = _train(target, tmp_path / "kept", data, *stage, "--steps", "0", "--init-head", str(start_dir))
+    assert kept["draft_vocab"] == 8
 
 
 def _bf16(t: torch.Tensor) -> torch.Tensor:
