@@ -65,6 +65,11 @@ class _Hits:
             int(hit.sum()), int(hit.numel()), int((hit & answer).sum()), int(answer.sum()), answer_rows
         )
 
+    @classmethod
+    def none(cls, answer_rows: int) -> _Hits:
+        """No row in the loss; `answer_rows` answer rows all left out of it."""
+        return cls(0, 0, 0, 0, answer_rows)
+
 
 def unrolled_loss(
     head: EagleHead, seq: Sequence, targets: TrainingTargets, steps: int, decay: float
@@ -126,13 +131,13 @@ def _step_loss(
         draft_labels = targets.draft_index[labels]
         keep = valid & (draft_labels >= 0)
         if not bool(keep.any()):
-            return torch.zeros(()), _Hits(0, 0, 0, 0, answer_rows)
+            return torch.zeros(()), _Hits.none(answer_rows)
         logits = head.lm_head(for_logits[keep])
         loss = _token_loss(logits, seq, label_at[keep], draft_labels[keep], targets.draft_index)
         return loss, _Hits.of(logits.argmax(-1) == draft_labels[keep], answer[keep], answer_rows)
     assert targets.lm_head is not None
     if not bool(valid.any()):
-        return torch.zeros(()), _Hits(0, 0, 0, 0, 0)
+        return torch.zeros(()), _Hits.none(answer_rows)
     feature_next = seq.features[label_at].float()
     regression = F.smooth_l1_loss(out_hidden[valid], feature_next[valid])
     logits = for_logits[valid] @ targets.lm_head.t()
