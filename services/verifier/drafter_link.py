@@ -1,5 +1,6 @@
-"""The verifier's connection to one drafter replica: a channel and one long-lived Draft stream,
-re-established with backoff when it breaks."""
+"""The verifier's connection to one drafter replica: one long-lived Draft stream, re-established
+with backoff when it breaks. `DraftLink` is what every transport shares; `ReplicaLink` carries the
+stream over gRPC (any replica), `LocalLink` (local_link.py) over a co-located drafter's local socket."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 import queue
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -32,11 +34,11 @@ CHANNEL_OPTIONS = [
 class LinkListener(Protocol):
     """Called from the link's thread."""
 
-    def link_up(self, link: ReplicaLink) -> None: ...
+    def link_up(self, link: DraftLink) -> None: ...
 
-    def link_down(self, link: ReplicaLink) -> None: ...
+    def link_down(self, link: DraftLink) -> None: ...
 
-    def link_reply(self, link: ReplicaLink, reply: drafter_pb2.DraftReply) -> None: ...
+    def link_reply(self, link: DraftLink, reply: drafter_pb2.DraftReply) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -56,9 +58,9 @@ class LinkState(enum.Enum):
     DOWN = "down"
 
 
-class ReplicaLink:
-    """Messages go into the current stream's outbox, which gRPC drains through a request iterator;
-    the link's thread connects, reads replies, and reconnects. A stream that broke loses what was
+class DraftLink(ABC):
+    """A thread connects, runs the stream until it breaks, and reconnects with backoff; the listener
+    hears of each stream's start and end and of every reply. A stream that broke loses what was
     queued in it: the owner reopens the requests from their history (see RemoteDrafter)."""
 
     def __init__(self, address: str, listener: LinkListener, backoff: Backoff | None = None) -> None:
@@ -67,36 +69,26 @@ class ReplicaLink:
         self._backoff = backoff or Backoff()
         self._state = LinkState.NEW
         self._stopping = threading.Event()
-        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
-        self._outbox: queue.SimpleQueue[drafter_pb2.DraftRequest | None] | None = None
-        self._call: Any = None  # the current Draft call (grpc's stream-stream call object)
-        self._ready: Any = None  # the pending readiness check (a cancellable grpc future)
         self._thread = threading.Thread(target=self._run, name=f"drafter-link-{address}", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
+    @abstractmethod
     def send(self, message: drafter_pb2.DraftRequest) -> None:
         """Never blocks; dropped when no stream is up."""
-        outbox = self._outbox
-        if outbox is not None:
-            outbox.put(message)
 
+    @abstractmethod
     def stop(self, timeout_s: float = 1.0) -> None:
-        """Half-close the stream (the replica closes its requests), then cancel what is left."""
-        self._stopping.set()
-        ready = self._ready
-        if ready is not None:
-            ready.cancel()
-        outbox = self._outbox
-        if outbox is not None:
-            outbox.put(None)
-        self._thread.join(timeout_s)
-        call = self._call
-        if call is not None:
-            call.cancel()
-        self._thread.join()
-        self._channel.close()
+        """Half-close the stream (the replica closes its requests), then end what is left."""
+
+    @abstractmethod
+    def _connect(self) -> bool:
+        """True once the replica can take a stream."""
+
+    @abstractmethod
+    def _stream(self) -> None:
+        """Run one stream until it ends (link_up first, link_down last)."""
 
     def _run(self) -> None:
         delay = self._backoff.initial_s
@@ -112,6 +104,49 @@ class ReplicaLink:
                 self._set_state(LinkState.DOWN, "unreachable")
                 delay = self._backoff.after(delay)
             self._stopping.wait(delay)
+
+    def _set_state(self, state: LinkState, why: str) -> None:
+        """Logged once per change, not once per attempt."""
+        if state is self._state:
+            return
+        back = self._state is LinkState.DOWN
+        self._state = state
+        if state is LinkState.UP:
+            log.info("drafter replica %s %s", self.address, "is back" if back else why)
+        else:
+            log.warning("drafter replica %s %s; retrying in the background", self.address, why)
+
+
+class ReplicaLink(DraftLink):
+    """Over gRPC: messages go into the current stream's outbox, which gRPC drains through a request
+    iterator; the link's thread reads the replies."""
+
+    def __init__(self, address: str, listener: LinkListener, backoff: Backoff | None = None) -> None:
+        super().__init__(address, listener, backoff)
+        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._outbox: queue.SimpleQueue[drafter_pb2.DraftRequest | None] | None = None
+        self._call: Any = None  # the current Draft call (grpc's stream-stream call object)
+        self._ready: Any = None  # the pending readiness check (a cancellable grpc future)
+
+    def send(self, message: drafter_pb2.DraftRequest) -> None:
+        outbox = self._outbox
+        if outbox is not None:
+            outbox.put(message)
+
+    def stop(self, timeout_s: float = 1.0) -> None:
+        self._stopping.set()
+        ready = self._ready
+        if ready is not None:
+            ready.cancel()
+        outbox = self._outbox
+        if outbox is not None:
+            outbox.put(None)
+        self._thread.join(timeout_s)
+        call = self._call
+        if call is not None:
+            call.cancel()
+        self._thread.join()
+        self._channel.close()
 
     def _connect(self) -> bool:
         """Ready: the replica reports the Drafter service SERVING. (A health check rather than
@@ -152,17 +187,6 @@ class ReplicaLink:
         self._listener.link_down(self)
         if not self._stopping.is_set():
             self._set_state(LinkState.DOWN, f"lost ({reason})")
-
-    def _set_state(self, state: LinkState, why: str) -> None:
-        """Logged once per change, not once per attempt."""
-        if state is self._state:
-            return
-        back = self._state is LinkState.DOWN
-        self._state = state
-        if state is LinkState.UP:
-            log.info("drafter replica %s %s", self.address, "is back" if back else why)
-        else:
-            log.warning("drafter replica %s %s; retrying in the background", self.address, why)
 
 
 def _drain(outbox: queue.SimpleQueue[drafter_pb2.DraftRequest | None]) -> Iterator[drafter_pb2.DraftRequest]:

@@ -16,8 +16,9 @@ from treespec.shared.drafting.token_tree import TokenTree
 from treespec.shared.rpc.tree_codec import budget_to_proto, tree_from_proto
 from treespec.v1 import drafter_pb2
 from treespec.verifier.draft_round import PendingRound
-from treespec.verifier.drafter_link import Backoff, ReplicaLink
-from treespec.verifier.drafter_targets import DrafterTargets
+from treespec.verifier.drafter_link import Backoff, DraftLink, ReplicaLink
+from treespec.verifier.drafter_targets import DrafterTargets, local_socket_path
+from treespec.verifier.local_link import LocalLink
 from treespec.verifier.replica_pace import Ask, PacePolicy, ReplicaPace
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 class _Track:
     tokens: list[int]  # prompt + every committed token: enough to reopen the request anywhere
     trace_context: dict[str, str]
-    link: ReplicaLink | None = None  # the live replica drafting it; None while no replica is up
+    link: DraftLink | None = None  # the live replica drafting it; None while no replica is up
 
 
 class FeatureRingSource(Protocol):
@@ -70,8 +71,8 @@ class RemoteDrafter(Drafter):
         self._backoff = backoff
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # notified when a replica comes or goes
-        self._links: dict[str, ReplicaLink] = {}
-        self._live: list[ReplicaLink] = []
+        self._links: dict[str, DraftLink] = {}
+        self._live: list[DraftLink] = []
         self._tracks: dict[str, _Track] = {}
         self._pending: PendingRound | None = None
         self._rounds = itertools.count(1)
@@ -167,7 +168,7 @@ class RemoteDrafter(Drafter):
 
     # ---- LinkListener (replica threads) --------------------------------------------------------
 
-    def link_up(self, link: ReplicaLink) -> None:
+    def link_up(self, link: DraftLink) -> None:
         with self._changed:
             if self._links.get(link.address) is not link or link in self._live:
                 return
@@ -179,7 +180,7 @@ class RemoteDrafter(Drafter):
                     self._assign(request_id, track, loads)
             self._changed.notify_all()
 
-    def link_down(self, link: ReplicaLink) -> None:
+    def link_down(self, link: DraftLink) -> None:
         with self._changed:
             if link in self._live:
                 self._live.remove(link)
@@ -193,7 +194,7 @@ class RemoteDrafter(Drafter):
                     self._assign(request_id, track, loads)
             self._changed.notify_all()
 
-    def link_reply(self, link: ReplicaLink, reply: drafter_pb2.DraftReply) -> None:
+    def link_reply(self, link: DraftLink, reply: drafter_pb2.DraftReply) -> None:
         with self._lock:
             accepted = self._pending is not None and self._pending.accept(link, reply)
             if not accepted:
@@ -205,7 +206,7 @@ class RemoteDrafter(Drafter):
 
     def _start_round(self, queries: Sequence[DraftQuery]) -> PendingRound | None:
         with self._lock:
-            grouped: dict[ReplicaLink, list[DraftQuery]] = {}
+            grouped: dict[DraftLink, list[DraftQuery]] = {}
             for query in queries:
                 track = self._tracks.get(query.request_id)
                 if track is not None and track.link is not None:
@@ -235,13 +236,13 @@ class RemoteDrafter(Drafter):
         requests to the replicas that keep pace, if there are any."""
         late = set(pending.late())
         for link in pending.asked:
-            assert isinstance(link, ReplicaLink)
+            assert isinstance(link, DraftLink)
             if link not in late:
                 self._pace.answered(link, link.address)
             elif self._pace.missed(link, link.address):
                 self._move_off(link)
 
-    def _move_off(self, link: ReplicaLink) -> None:
+    def _move_off(self, link: DraftLink) -> None:
         if all(self._pace.lagging(other) for other in self._live):
             return  # nowhere better: its requests stay, and decode plainly while it lags
         loads = self._loads()
@@ -251,7 +252,7 @@ class RemoteDrafter(Drafter):
                 loads[link] -= 1
                 self._assign(request_id, track, loads)
 
-    def _assign(self, request_id: str, track: _Track, loads: Counter[ReplicaLink]) -> None:
+    def _assign(self, request_id: str, track: _Track, loads: Counter[DraftLink]) -> None:
         """To the live replica with the fewest requests, among those keeping pace if any do; it learns
         the request's full history. Callers of _assign, _drop and _loads hold the lock."""
         candidates = [link for link in self._live if not self._pace.lagging(link)] or self._live
@@ -272,7 +273,7 @@ class RemoteDrafter(Drafter):
             close = drafter_pb2.CloseDraft(request_id=request_id)
             track.link.send(drafter_pb2.DraftRequest(close=close))
 
-    def _loads(self) -> Counter[ReplicaLink]:
+    def _loads(self) -> Counter[DraftLink]:
         return Counter(t.link for t in self._tracks.values() if t.link is not None)
 
     def _warn_once(self, key: str, message: str) -> None:
@@ -300,11 +301,18 @@ class RemoteDrafter(Drafter):
             self._warned.discard("resolve")
             for address in addresses:
                 if address not in self._links:
-                    self._links[address] = ReplicaLink(address, self, self._backoff)
+                    self._links[address] = _link(address, self, self._backoff)
                     self._links[address].start()
             gone = [self._links.pop(a) for a in list(self._links) if a not in addresses]
         for link in gone:
             link.stop()
+
+
+def _link(address: str, listener: RemoteDrafter, backoff: Backoff | None) -> DraftLink:
+    """Over a co-located drafter's local socket (`local:PATH`), else over gRPC."""
+    if local_socket_path(address) is not None:
+        return LocalLink(address, listener, backoff)
+    return ReplicaLink(address, listener, backoff)
 
 
 def _propose_message(number: int, queries: Sequence[DraftQuery]) -> drafter_pb2.DraftRequest:

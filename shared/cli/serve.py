@@ -30,6 +30,7 @@ from treespec.shared.model.store import models_dir, resolve_model_path
 DEFAULT_ALGORITHM = "NGRAM"
 # Drafters that read the target's embedding and features: their process maps the verifier's memory.
 COLOCATED_ALGORITHMS = frozenset({"eagle", "eagle3"})
+DRAFT_SOCKET_NAME = "draft.sock"  # a co-located drafter's local Draft stream, beside the co-location socket
 
 
 @dataclass(frozen=True)
@@ -172,13 +173,18 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
     if c.speculative:
         drafter = ["drafter", "--kind", c.algorithm, *model, "--port", str(c.drafter_port)]
         drafter += option_arguments(c.drafter_options)
+        link_address = drafter_address
         if c.colocation_socket is not None:
             drafter += ["--colocate", str(c.colocation_socket)]
             verifier += ["--colocation-socket", str(c.colocation_socket)]
+            # The Draft stream over a local socket beside it: a shorter round trip than gRPC's.
+            local = c.colocation_socket.with_name(DRAFT_SOCKET_NAME)
+            drafter += ["--local-socket", str(local)]
+            link_address = f"local:{local}"
         # Not essential: if it dies, the verifier decodes plainly until the supervisor restarts it.
         out.append(ServiceProcess("drafter", drafter, lambda: grpc_serving(drafter_address), essential=False))
         verifier += [
-            "--drafter-address", drafter_address,
+            "--drafter-address", link_address,
             "--draft-deadline-ms", str(c.draft_deadline_ms),
             "--speculative-num-steps", str(c.num_steps),
             "--speculative-eagle-topk", str(c.eagle_topk),

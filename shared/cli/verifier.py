@@ -82,7 +82,8 @@ def _speculation_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--drafter-address",
         default=None,
-        help="drafter servers: host:port[,host:port...] or dns:///name:port",
+        help="drafter servers: host:port[,host:port...], local:PATH (a drafter's --local-socket on this "
+        "machine: the Draft stream without gRPC, a shorter round trip) or dns:///name:port",
     )
     p.add_argument(
         "--draft-deadline-ms", type=positive_float, default=50.0, help="wait for remote drafts at most"
@@ -156,7 +157,7 @@ def config_from_args(ns: argparse.Namespace) -> VerifierServerConfig:
 
 def colocation_problem(ns: argparse.Namespace) -> str | None:
     """Why --colocation-socket cannot work with the other flags, if it cannot."""
-    from treespec.shared.drafting.colocation_wire import socket_path
+    from treespec.shared.rpc.private_socket import socket_path
 
     if ns.colocation_socket is None:
         return None

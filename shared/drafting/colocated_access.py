@@ -23,11 +23,11 @@ from treespec.shared.drafting.colocation_wire import (
     SharedView,
     recv_json,
     send_json,
-    socket_path,
 )
 from treespec.shared.drafting.features import FeatureRing, FeatureSpec
 from treespec.shared.drafting.shared_tensor import TensorHandle, attach_tensor
 from treespec.shared.drafting.target_access import TargetAccess, TargetTensors
+from treespec.shared.rpc.private_socket import socket_path
 
 log = logging.getLogger(__name__)
 

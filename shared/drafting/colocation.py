@@ -14,10 +14,7 @@ import contextlib
 import logging
 import os
 import socket
-import stat
-import struct
 import threading
-from pathlib import Path
 
 from treespec.shared.drafting.colocation_wire import (
     ColocationError,
@@ -25,18 +22,17 @@ from treespec.shared.drafting.colocation_wire import (
     HandshakeRequest,
     recv_json,
     send_json,
-    socket_path,
 )
 from treespec.shared.drafting.features import FeatureRing, FeatureSpec
 from treespec.shared.drafting.shared_target import SharedTarget, share_target
 from treespec.shared.drafting.shared_tensor import SharedTensor, SharedTensorError
 from treespec.shared.model.causal_lm import CausalLM
+from treespec.shared.rpc.private_socket import SocketInUseError, bind_private, peer_credentials, socket_path
 
 log = logging.getLogger(__name__)
 
 ACCEPT_POLL_S = 0.2  # how soon the server thread notices `close`
 PEER_TIMEOUT_S = 5.0  # a connected peer that says nothing is dropped after this
-_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid (Linux SO_PEERCRED)
 
 
 class ColocationServer:
@@ -72,7 +68,10 @@ class ColocationServer:
         calling thread (the copies are parallel torch operations, and one thread should do all of a
         process's: see VerifierServer.prepare); then answer drafters in the background. Raises
         SharedTensorError when sharing fails."""
-        self._listener = _bind(self.path)
+        try:
+            self._listener = bind_private(self.path)
+        except SocketInUseError as exc:
+            raise ColocationError(f"co-location: {exc}") from exc
         try:
             self._export_target()
         except BaseException:
@@ -164,7 +163,7 @@ class ColocationServer:
         """One handshake per connection; a peer's mistake is answered, never raised."""
         conn.settimeout(PEER_TIMEOUT_S)
         try:
-            pid, uid = _peer(conn)
+            pid, uid = peer_credentials(conn)
             if uid != os.geteuid():
                 send_json(conn, {"error": f"uid {uid} may not attach to this verifier's memory"})
                 return
@@ -189,41 +188,3 @@ def _check_spec(spec: FeatureSpec, model: CausalLM) -> None:
     ids = spec.aux_layer_ids
     if len(set(ids)) != len(ids) or any(not 0 <= i + 1 < c.num_layers for i in ids):
         raise ValueError(f"aux_layer_ids {ids} must be distinct, in -1..{c.num_layers - 2}")
-
-
-def _bind(path: Path) -> socket.socket:
-    """Bind a fresh socket file, readable and writable by this user only. A stale socket file (its
-    server is gone) is replaced; a live one, or any other file, is an error."""
-    if path.exists() or path.is_symlink():
-        if not stat.S_ISSOCK(path.lstat().st_mode):
-            raise ColocationError(f"{path} exists and is not a socket")
-        if _answers(path):
-            raise ColocationError(f"another process is serving co-location at {path}")
-        path.unlink()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        listener.bind(os.fspath(path))
-        # Between bind and chmod another user could connect: the peer's uid is checked as well.
-        os.chmod(path, 0o600)
-        listener.listen(8)
-    except BaseException:
-        listener.close()
-        raise
-    return listener
-
-
-def _answers(path: Path) -> bool:
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(os.fspath(path))
-    except OSError:
-        return False
-    finally:
-        probe.close()
-    return True
-
-
-def _peer(conn: socket.socket) -> tuple[int, int]:
-    """The connected process's pid and uid, as the kernel reports them (not as the peer claims)."""
-    pid, uid, _ = _UCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
-    return pid, uid

@@ -4,17 +4,15 @@ The drafter process connects to the verifier's socket and sends a HandshakeReque
 wants, if any, and the ring capacity); the verifier answers with a HandshakeReply (the target's
 sizes and the shared memory handles of its embedding, lm_head and feature ring) or `{"error": ...}`.
 Handles name memory to map, so they travel over a Unix domain socket only (file permissions and the
-peer's uid say who may ask), never over the network: `socket_path` refuses anything else.
+peer's uid say who may ask), never over the network: private_socket.socket_path refuses anything
+else.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import re
 import socket
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from treespec.shared.drafting.features import FeatureSpec
@@ -22,32 +20,10 @@ from treespec.shared.drafting.shared_tensor import TensorHandle
 
 PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 64 * 1024
-SUN_PATH_MAX = 107  # sockaddr_un.sun_path holds 108 bytes on Linux, the terminating NUL included
-_HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]*\]|[\w.-]*):\d+$")
 
 
 class ColocationError(RuntimeError):
     """The handshake failed, or the verifier refused it (its message says why)."""
-
-
-def socket_path(value: str | os.PathLike[str]) -> Path:
-    """A filesystem path for an AF_UNIX socket (gRPC's "unix:PATH" and "unix:///abs" allowed).
-    Refused: network addresses (host:port, scheme://...) and abstract sockets ("@name"), which no
-    file permission protects."""
-    text = os.fspath(value)
-    for prefix in ("unix://", "unix:"):
-        if text.startswith(prefix):
-            text = text.removeprefix(prefix)
-            break
-    if not text:
-        raise ValueError("the co-location socket needs a path")
-    if "://" in text or ("/" not in text and _HOST_PORT.match(text)):
-        raise ValueError(f"co-location works over a Unix domain socket path only, not {value!r}")
-    if text.startswith(("@", "\0")):
-        raise ValueError(f"abstract Unix sockets are not accepted ({value!r}): give a filesystem path")
-    if len(os.fsencode(text)) > SUN_PATH_MAX:
-        raise ValueError(f"socket path longer than {SUN_PATH_MAX} bytes: {text}")
-    return Path(text)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from treespec.shared.model.causal_lm import CausalLM
 from treespec.verifier.remote_drafter import RemoteDrafter
 
 SOCKET_NAME = "colocation.sock"
+DRAFT_SOCKET_NAME = "draft.sock"
 LOG_NAME = "drafter.log"
 STOP_TIMEOUT_S = 10.0
 
@@ -35,7 +36,7 @@ STOP_TIMEOUT_S = 10.0
 class ColocatedDrafter:
     remote: RemoteDrafter  # give it to an Engine
     server: ColocationServer
-    address: str  # the drafter server's
+    address: str  # where the verifier's link reaches the drafter: local:PATH, or its gRPC host:port
     process: subprocess.Popen[bytes]  # the `treespec drafter --colocate` process
 
 
@@ -50,9 +51,11 @@ def colocated_drafter(
     deadline_s: float = 5.0,
     ready_timeout_s: float = 120.0,
     env: Mapping[str, str] | None = None,
+    local_link: bool = True,
 ) -> Iterator[ColocatedDrafter]:
-    """Ready once yielded; everything stopped on exit. `workdir` holds the socket and the drafter
-    process's log; `env`: more environment for that process (over this one's)."""
+    """Ready once yielded; everything stopped on exit. `workdir` holds the sockets and the drafter
+    process's log; `env`: more environment for that process (over this one's); `local_link`: the
+    Draft stream over the drafter's local socket, as `treespec serve` runs it (else over gRPC)."""
     socket_path = workdir / SOCKET_NAME
     log = workdir / LOG_NAME
     with ExitStack() as stack:
@@ -60,11 +63,13 @@ def colocated_drafter(
         stack.callback(server.close)
         deadline = time.monotonic() + ready_timeout_s
         port = free_port()
-        address = f"127.0.0.1:{port}"
-        process = _start_process(kind, options, vocab_size, port, socket_path, log, env or {})
+        grpc_address = f"127.0.0.1:{port}"
+        local = workdir / DRAFT_SOCKET_NAME if local_link else None
+        process = _start_process(kind, options, vocab_size, port, socket_path, local, log, env or {})
         stack.callback(_stop, process)
         # Serving before the link opens: a link to a server still starting would back off.
-        _wait(lambda: grpc_serving(address), process, deadline, log)
+        _wait(lambda: grpc_serving(grpc_address), process, deadline, log)
+        address = grpc_address if local is None else f"local:{local}"
         remote = RemoteDrafter([address], deadline_s=deadline_s, features=server)
         stack.callback(remote.shutdown)
         _wait(lambda: remote.wait_for_replicas(1, 0.2), process, deadline, log)
@@ -86,11 +91,14 @@ def _start_process(
     vocab_size: int,
     port: int,
     socket_path: Path,
+    local: Path | None,
     log: Path,
     env: Mapping[str, str],
 ) -> subprocess.Popen[bytes]:
     argv = ["drafter", "--kind", kind, "--vocab-size", str(vocab_size), "--port", str(port)]
     argv += ["--colocate", str(socket_path), *option_arguments(options)]
+    if local is not None:
+        argv += ["--local-socket", str(local)]
     with log.open("wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "treespec.shared.cli.main", *argv],

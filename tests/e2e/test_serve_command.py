@@ -104,9 +104,13 @@ def test_eagle3_serves_with_the_shipped_head_co_located(serve: tuple[subprocess.
     assert process.wait(timeout=60) == 0
 
 
+@pytest.mark.parametrize(
+    "serve", [[], ["--speculative-algorithm", "EAGLE3"]], ids=["ngram", "eagle3-co-located"], indirect=True
+)
 def test_a_dying_drafter_is_restarted_and_costs_no_request(serve: tuple[subprocess.Popen[str], int]) -> None:
     """The drafter is not essential: killed, it is restarted while the verifier decodes plainly, and
-    drafting resumes once the verifier's Draft stream reaches the new process."""
+    drafting resumes once the verifier's Draft stream reaches the new process (a co-located one's over
+    the local socket the killed process left behind, which the new one takes over)."""
     process, port = serve
     wait_for_url(process, port)
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from tests.services.colocated import TEST_ENV
@@ -60,7 +61,11 @@ def in_process_rows(path: Path, model: CausalLM, options: dict[str, Any], n: int
     return plugin.finished
 
 
-def test_drafter_process_reads_the_verifiers_features(tiny_path: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("local_link", [True, False], ids=["local-socket", "grpc"])
+def test_drafter_process_reads_the_verifiers_features(
+    tiny_path: Path, tmp_path: Path, local_link: bool
+) -> None:
+    """Over either link the Advance carries the feature slots (the local socket is serve's default)."""
     model = load_model(tiny_path)  # its own: co-location moves the embedding into shared memory
     want = generate(make_engine(tiny_path, model), spec=False)
     options = recorder_options(want, aux_layer_ids=(0, 1))  # EAGLE-3-like: two layers' states
@@ -68,7 +73,8 @@ def test_drafter_process_reads_the_verifiers_features(tiny_path: Path, tmp_path:
     record_dir = tmp_path / "rows"
     record_dir.mkdir()
     options = {**options, "record_dir": str(record_dir)}
-    with colocated_drafter(model, KIND, options, VOCAB, tmp_path, env=TEST_ENV) as co:
+    with colocated_drafter(model, KIND, options, VOCAB, tmp_path, env=TEST_ENV, local_link=local_link) as co:
+        assert co.address.startswith("local:") == local_link
         ring = co.remote.feature_ring
         assert ring is not None and ring.spec.aux_layer_ids == (0, 1)
         engine = make_engine(tiny_path, model, co.remote)

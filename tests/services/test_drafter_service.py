@@ -93,9 +93,15 @@ def run_steps(engine: Engine, tokens: dict[str, list[int]], steps: int | None = 
 # ---- the client against one server ------------------------------------------------------------
 
 
+@pytest.mark.parametrize("local", [False, True], ids=["grpc", "local-socket"])
 @pytest.mark.parametrize("calls", list(PluginCalls))
-def test_remote_trees_respect_budget_and_root(calls: PluginCalls) -> None:
-    with serving(RecordingDrafter(VOCAB), calls=calls) as (_, address), remote([address]) as drafter:
+def test_remote_trees_respect_budget_and_root(calls: PluginCalls, local: bool, tmp_path: Path) -> None:
+    """Over gRPC, or over a co-located drafter's local socket (test_local_draft_link.py)."""
+    socket = tmp_path / "draft.sock"
+    with (
+        serving(RecordingDrafter(VOCAB), calls=calls, local_socket=socket if local else None) as (_, address),
+        remote([f"local:{socket}" if local else address]) as drafter,
+    ):
         drafter.open("r0", [1, 2, 3])
         drafter.commit("r0", [4, 5])
         tree, missing = drafter.propose([DraftQuery("r0", BUDGET), DraftQuery("never-opened", BUDGET)])

@@ -9,11 +9,13 @@ import logging
 import signal
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 from opentelemetry import trace
 
 from treespec.drafter.server.config import DrafterServerConfig, join_host_port
+from treespec.drafter.server.local_server import LocalDraftServer
 from treespec.drafter.server.plugin_calls import PluginCalls
 from treespec.drafter.server.servicer import DrafterServicer
 from treespec.shared.drafting.drafter import Drafter
@@ -49,11 +51,15 @@ class DrafterServer:
         port: int = 0,
         tracer: trace.Tracer | None = None,
         calls: PluginCalls = PluginCalls.THREAD,
+        local_socket: Path | None = None,
     ) -> None:
         """`plugin`, or a function that makes it on the plugin's thread (DrafterServicer.build);
-        `calls`: where its calls run (plugin_calls.py)."""
+        `calls`: where its calls run (plugin_calls.py); `local_socket`: also serve the Draft stream
+        there, for a verifier on this machine (local_server.py)."""
         make = (lambda: plugin) if isinstance(plugin, Drafter) else plugin
         self._address = join_host_port(host, port)
+        self._local_socket = local_socket
+        self._local: LocalDraftServer | None = None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="drafter-server", daemon=True)
         self._handle: ServerHandle | None = None
@@ -67,12 +73,18 @@ class DrafterServer:
 
     def start(self) -> int:
         """Returns the bound port (a free one when constructed with port 0)."""
+        if self._local_socket is not None:
+            local = LocalDraftServer(self.servicer, self._local_socket).start()
+            self._local = asyncio.run_coroutine_threadsafe(local, self._loop).result()
         future = asyncio.run_coroutine_threadsafe(start_server(self.servicer, self._address), self._loop)
         self._handle = future.result()
         return self._handle.port
 
     def stop(self, grace_s: float | None = 0.5) -> None:
         """Ends every stream (their requests are closed in the plugin), then the loop and thread."""
+        if self._local is not None:
+            asyncio.run_coroutine_threadsafe(self._local.close(), self._loop).result()
+            self._local = None
         if self._handle is not None:
             asyncio.run_coroutine_threadsafe(_stop(self._handle, grace_s), self._loop).result()
             self._handle = None
@@ -127,9 +139,16 @@ async def _serve_until_signal(servicer: DrafterServicer, config: DrafterServerCo
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    # Listening locally before gRPC reports SERVING, which is what launchers wait for.
+    local = None
+    if config.local_socket is not None:
+        local = await LocalDraftServer(servicer, config.local_socket).start()
+        log.info("drafter (%s) serving the Draft stream locally at %s", config.kind, config.local_socket)
     handle = await start_server(servicer, config.address)
     log.info("drafter (%s) listening on %s", config.kind, join_host_port(config.host, handle.port))
     await stop.wait()
     log.info("drafter (%s) stopping", config.kind)
+    if local is not None:
+        await local.close()
     await handle.stop(config.grace_s)
     await asyncio.to_thread(servicer.shutdown)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from treespec.drafter.server.plugin_calls import PluginCalls
 from treespec.shared.drafting.drafter import DrafterContext
@@ -18,6 +19,7 @@ class DrafterServerConfig:
     port: int = DEFAULT_PORT  # 0: any free port
     grace_s: float = 5.0  # on SIGTERM/SIGINT: how long running streams may finish
     plugin_calls: PluginCalls = PluginCalls.THREAD  # where the plugin's calls run (plugin_calls.py)
+    local_socket: Path | None = None  # also serve the Draft stream there (local_server.py)
 
     @property
     def address(self) -> str:

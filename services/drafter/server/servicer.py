@@ -52,26 +52,35 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
     async def Draft(
         self, request_iterator: AsyncIterator[drafter_pb2.DraftRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[drafter_pb2.DraftReply]:
-        session = DraftSession(self._plugin, self._spans, next(self._stream_ids))
+        session = self.session()
         # However the stream ends (half-close, cancel, broken connection), its requests are closed;
         # close_all is idempotent, so both paths may run it.
-        context.add_done_callback(lambda _: self._submit(session.close_all))
+        context.add_done_callback(lambda _: self.end(session))
         try:
             async for message in request_iterator:
-                reply = await self._handle(session, message)
+                reply = await self.handle(session, message)
                 if reply is not None:
                     yield reply
         finally:
-            self._submit(session.close_all)
+            self.end(session)
+
+    def session(self) -> DraftSession:
+        """A new stream's requests (the gRPC Draft stream, or a local socket's: local_server.py)."""
+        return DraftSession(self._plugin, self._spans, next(self._stream_ids))
+
+    def end(self, session: DraftSession) -> None:
+        """The stream ended: its requests are closed on the plugin's thread (idempotent)."""
+        self._submit(session.close_all)
 
     def shutdown(self) -> None:
         """After the server stopped: let the queued closes run, end the plugin's calls, then the plugin."""
         self._runner.shutdown()
         self._plugin.shutdown()
 
-    async def _handle(
+    async def handle(
         self, session: DraftSession, message: drafter_pb2.DraftRequest
     ) -> drafter_pb2.DraftReply | None:
+        """One message of a stream, in the stream's order; a Propose is answered."""
         kind = message.WhichOneof("message")
         if kind == "open":
             m = message.open

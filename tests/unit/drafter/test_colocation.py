@@ -27,7 +27,7 @@ from treespec.shared.cli.verifier import colocation_problem
 from treespec.shared.drafting import colocation
 from treespec.shared.drafting.colocated_access import ColocatedTargetAccess
 from treespec.shared.drafting.colocation import ColocationServer
-from treespec.shared.drafting.colocation_wire import ColocationError, HandshakeRequest, socket_path
+from treespec.shared.drafting.colocation_wire import ColocationError, HandshakeRequest
 from treespec.shared.drafting.features import FeatureSpec
 from treespec.shared.drafting.shared_target import SharedTarget, share_target
 from treespec.shared.drafting.shared_tensor import SHM_DIR
@@ -35,6 +35,7 @@ from treespec.shared.launcher.shared_cores import SPIN_COUNT
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.dual_layout import HeadWeight
 from treespec.shared.model.loader import LoadOptions, load_model
+from treespec.shared.rpc.private_socket import socket_path
 
 HIDDEN = 64  # the tiny model's
 
@@ -288,6 +289,11 @@ def test_drafter_flag_gives_the_plugin_colocated_access(
     assert drafter_cli._drafter(args) == 0
     calls = [c.plugin_calls for c in seen]
     assert calls == [PluginCalls.LOOP, PluginCalls.THREAD, PluginCalls.THREAD, PluginCalls.LOOP]
+    assert all(c.local_socket is None for c in seen)
+    # The Draft stream on a local socket too; a network address is refused there.
+    assert drafter_cli._drafter(parse(*base, "--local-socket", f"unix:{tmp_path}/d.sock")) == 0
+    assert seen[-1].local_socket == tmp_path / "d.sock"
+    assert drafter_cli._drafter(parse(*base, "--local-socket", "127.0.0.1:5000")) == 2
 
 
 def test_serve_colocates_eagle_drafters_through_a_private_socket(tiny_path: Path) -> None:
@@ -300,6 +306,10 @@ def test_serve_colocates_eagle_drafters_through_a_private_socket(tiny_path: Path
     verifier, drafter = processes[0].argv, processes[1].argv
     assert verifier[verifier.index("--colocation-socket") + 1] == str(sock)
     assert drafter[drafter.index("--colocate") + 1] == str(sock)
+    # The Draft stream goes over the drafter's local socket, beside the co-location one.
+    local = drafter[drafter.index("--local-socket") + 1]
+    assert Path(local).parent == sock.parent and local != str(sock)
+    assert verifier[verifier.index("--drafter-address") + 1] == f"local:{local}"
     # the two take turns on the same cores: short OpenMP spin-waits in both (shared_cores.py)
     assert processes[0].env == processes[1].env == {"GOMP_SPINCOUNT": str(SPIN_COUNT)}
 
@@ -308,6 +318,9 @@ def test_serve_colocates_eagle_drafters_through_a_private_socket(tiny_path: Path
     processes = services(plain)
     assert [p.name for p in processes] == ["drafter", "verifier", "gateway"]
     assert not any("--colocate" in p.argv or "--colocation-socket" in p.argv for p in processes)
+    assert not any("--local-socket" in p.argv for p in processes)
+    verifier = processes[1].argv
+    assert verifier[verifier.index("--drafter-address") + 1] == f"127.0.0.1:{plain.drafter_port}"
     assert not any(p.env for p in processes)
 
 
