@@ -234,7 +234,8 @@ def _payload(
             len(prompts),
             eagle3_head=str(args.head_path),
             eagle3_budget=_budget(args.speculation),
-            eagle3_colocated="a `treespec drafter --kind eagle3 --colocate` process (shared memory, gRPC)",
+            eagle3_colocated="a `treespec drafter --kind eagle3 --colocate` process (shared memory; "
+            "the Draft stream over its local socket)",
             eagle3_ngram="the same head, its trees merged with n-gram trees (--speculative-eagle-ngram)",
             draft_deadline_s=args.deadline_s,
             openmp_wait=openmp_wait(os.environ),
