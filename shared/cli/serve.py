@@ -19,6 +19,7 @@ from treespec.shared.cli.ngram_flags import option_arguments
 from treespec.shared.cli.plugin_flags import add_plugin_arguments, check_plugin_options, plugin_options
 from treespec.shared.cli.speculation_flags import add_budget_arguments, default_budget, resolve_budget
 from treespec.shared.cli.verifier import add_prefix_caching_argument
+from treespec.shared.launcher.colocation_paths import SOCKET_NAME, draft_socket, local_address
 from treespec.shared.launcher.health import grpc_serving, http_ok
 from treespec.shared.launcher.ports import free_port
 from treespec.shared.launcher.process import ServiceProcess
@@ -30,7 +31,6 @@ from treespec.shared.model.store import models_dir, resolve_model_path
 DEFAULT_ALGORITHM = "NGRAM"
 # Drafters that read the target's embedding and features: their process maps the verifier's memory.
 COLOCATED_ALGORITHMS = frozenset({"eagle", "eagle3"})
-DRAFT_SOCKET_NAME = "draft.sock"  # a co-located drafter's local Draft stream, beside the co-location socket
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def private_socket_path() -> Path:
     socket hands out handles to the verifier's memory. The directory goes when this process exits."""
     directory = Path(tempfile.mkdtemp(prefix="treespec-"))
     atexit.register(shutil.rmtree, directory, ignore_errors=True)
-    return directory / "colocation.sock"
+    return directory / SOCKET_NAME
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -178,9 +178,9 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
             drafter += ["--colocate", str(c.colocation_socket)]
             verifier += ["--colocation-socket", str(c.colocation_socket)]
             # The Draft stream over a local socket beside it: a shorter round trip than gRPC's.
-            local = c.colocation_socket.with_name(DRAFT_SOCKET_NAME)
+            local = draft_socket(c.colocation_socket)
             drafter += ["--local-socket", str(local)]
-            link_address = f"local:{local}"
+            link_address = local_address(local)
         # Not essential: if it dies, the verifier decodes plainly until the supervisor restarts it.
         out.append(ServiceProcess("drafter", drafter, lambda: grpc_serving(drafter_address), essential=False))
         verifier += [

@@ -20,14 +20,13 @@ from typing import Any
 
 from treespec.shared.cli.ngram_flags import option_arguments
 from treespec.shared.drafting.colocation import ColocationServer
+from treespec.shared.launcher.colocation_paths import SOCKET_NAME, draft_socket, local_address
 from treespec.shared.launcher.health import grpc_serving
 from treespec.shared.launcher.parent_watch import child_env
 from treespec.shared.launcher.ports import free_port
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.verifier.remote_drafter import RemoteDrafter
 
-SOCKET_NAME = "colocation.sock"
-DRAFT_SOCKET_NAME = "draft.sock"
 LOG_NAME = "drafter.log"
 STOP_TIMEOUT_S = 10.0
 
@@ -64,12 +63,12 @@ def colocated_drafter(
         deadline = time.monotonic() + ready_timeout_s
         port = free_port()
         grpc_address = f"127.0.0.1:{port}"
-        local = workdir / DRAFT_SOCKET_NAME if local_link else None
+        local = draft_socket(socket_path) if local_link else None
         process = _start_process(kind, options, vocab_size, port, socket_path, local, log, env or {})
         stack.callback(_stop, process)
         # Serving before the link opens: a link to a server still starting would back off.
         _wait(lambda: grpc_serving(grpc_address), process, deadline, log)
-        address = grpc_address if local is None else f"local:{local}"
+        address = grpc_address if local is None else local_address(local)
         remote = RemoteDrafter([address], deadline_s=deadline_s, features=server)
         stack.callback(remote.shutdown)
         _wait(lambda: remote.wait_for_replicas(1, 0.2), process, deadline, log)
