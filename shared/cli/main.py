@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from treespec.shared.cli import bench, drafter, gateway, models, serve, train_eagle, verifier
+from treespec.shared.cli.speculative_config import SpeculativeConfigError, expand
 from treespec.shared.launcher.parent_watch import watch_parent
 from treespec.shared.launcher.supervisor import ServiceFailedError
 from treespec.shared.model.errors import ModelLoadError
@@ -46,13 +47,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line `argv` (default: sys.argv[1:]); return the exit status."""
-    args = build_parser().parse_args(argv)
+    try:  # vLLM's --speculative-config, as the flags it means (speculative_config.py)
+        expanded = expand(sys.argv[1:] if argv is None else argv, _warn)
+    except SpeculativeConfigError as exc:
+        print(f"treespec: error: {exc}", file=sys.stderr)
+        return 2
+    args = build_parser().parse_args(expanded)
     watch_parent(os.environ)  # a service started by a launcher stops when the launcher dies
     try:
         return int(args.handler(args))
     except EXPECTED_ERRORS as exc:
         print(f"treespec: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _warn(message: str) -> None:
+    print(f"treespec: warning: {message}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from treespec.shared.cli.gateway import add_reply_parser_arguments, tool_call_pa
 from treespec.shared.cli.ngram_flags import option_arguments
 from treespec.shared.cli.plugin_flags import add_plugin_arguments, check_plugin_options, plugin_options
 from treespec.shared.cli.speculation_flags import add_budget_arguments, default_budget, resolve_budget
+from treespec.shared.cli.speculative_config import add_speculative_config_argument
 from treespec.shared.cli.verifier import add_prefix_caching_argument
 from treespec.shared.launcher.colocation_paths import SOCKET_NAME, draft_socket, local_address
 from treespec.shared.launcher.health import grpc_serving, http_ok
@@ -113,6 +114,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--speculative-algorithm", default=DEFAULT_ALGORITHM, help="drafter to run (NONE: plain decoding)"
     )
     add_budget_arguments(p)
+    add_speculative_config_argument(p)
     p.add_argument("--draft-deadline-ms", type=positive_int, default=50)
     p.add_argument("--api-key", action="append", default=[], help="accepted API key (repeatable)")
     p.add_argument("--served-model-name", default=None)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from treespec.shared.cli.arg_types import port, positive_float, positive_int
 from treespec.shared.cli.plugin_flags import add_plugin_arguments, check_plugin_options, plugin_options
 from treespec.shared.cli.speculation_flags import add_budget_arguments, resolve_budget
+from treespec.shared.cli.speculative_config import add_speculative_config_argument
 
 if TYPE_CHECKING:
     from treespec.verifier.server.app import VerifierServerConfig
@@ -79,6 +80,7 @@ def _speculation_arguments(p: argparse.ArgumentParser) -> None:
         help="a drafter run in-process (e.g. RANDOM), or NONE; with --drafter-address only reported",
     )
     add_budget_arguments(p)
+    add_speculative_config_argument(p)
     p.add_argument(
         "--drafter-address",
         default=None,
