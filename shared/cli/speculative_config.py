@@ -5,17 +5,16 @@ The JSON is expanded into the flags it means before the command line is parsed (
 later step sees one way of saying it. vLLM drafts chains; treespec drafts trees, so
 `num_speculative_tokens` (vLLM's draft length) becomes the tree's depth (`--speculative-num-steps`);
 the tree's width and node budget keep treespec's defaults or the flags given, the budget raised to
-that depth's chain where it is smaller. Keys that only tune
-vLLM's own machinery are ignored with a warning; keys that would change the output (a lossy
-acceptance rule) or that name a method treespec does not run are refused, as are unknown keys and a
-setting given both in the JSON and as its flag.
+that depth's chain where it is smaller. Keys that only tune vLLM's own machinery are ignored with a
+warning; keys that would change the output (a lossy acceptance rule) or that name a method treespec
+does not run are refused, as are unknown keys and a setting given both in the JSON and as its flag.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ FLAG = "--speculative-config"
 FLAG_NAMES = (FLAG, "--speculative_config")  # vLLM takes either spelling
 VERBS = ("serve", "verifier")
 NODES_FLAG = "--speculative-num-draft-tokens"
+WINDOW_FLAG = "--speculative-ngram-max-match-window-size"
 METHODS = {"ngram": "NGRAM", "eagle": "EAGLE", "eagle3": "EAGLE3"}
 NGRAM_MODEL_NAMES = ("[ngram]", "ngram")  # vLLM's older way of asking for n-gram drafting
 # Keys that tune vLLM's own execution (parallelism, quantization, batching): no effect here.
@@ -81,7 +81,7 @@ def expand(argv: Sequence[str], warn: Callable[[str], None]) -> list[str]:
         return args
     start, end, value = found
     rest = args[:start] + args[end:]
-    given = {a.split("=", 1)[0] for a in rest if a.startswith("--")}
+    given = _given_flags(rest)
     expansion = translate(_parse(value), given)
     _check_no_overlap(expansion.flags, given)
     if expansion.ignored:
@@ -89,8 +89,10 @@ def expand(argv: Sequence[str], warn: Callable[[str], None]) -> list[str]:
     return rest + expansion.flags
 
 
-def translate(config: Mapping[str, Any], given: Set[str] = frozenset()) -> Expansion:
-    """The flags for vLLM's keys (see the module's docstring); `given`: the flags on the command line."""
+def translate(config: Mapping[str, Any], given: Mapping[str, str | None] | None = None) -> Expansion:
+    """The flags for vLLM's keys (see the module's docstring); `given`: the other flags on the command
+    line, with their values."""
+    given = given or {}
     known = {"method", "model", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min"}
     known |= {"acceptance_method", "speculative_token_tree"} | IGNORED_KEYS
     unknown = sorted(set(config) - known)
@@ -115,7 +117,7 @@ def translate(config: Mapping[str, Any], given: Set[str] = frozenset()) -> Expan
 
 def _find(args: list[str]) -> tuple[int, int, str] | None:
     """(start, end, value) of the one --speculative-config in `args` (two are an error)."""
-    hits = [i for i, a in enumerate(args) if a in FLAG_NAMES or a.split("=", 1)[0] in FLAG_NAMES]
+    hits = [i for i, a in enumerate(args) if a.split("=", 1)[0] in FLAG_NAMES]
     if not hits:
         return None
     if len(hits) > 1:
@@ -195,21 +197,26 @@ def _ngram_flags(config: Mapping[str, Any]) -> list[str]:
     return flags
 
 
-def _depth_flags(steps: int, method: str, config: Mapping[str, Any], given: Set[str]) -> list[str]:
+def _depth_flags(
+    steps: int, method: str, config: Mapping[str, Any], given: Mapping[str, str | None]
+) -> list[str]:
     """The tree's depth, and a node budget that can reach it (vLLM drafts `steps` tokens in a chain)
     where the default one cannot and none is given."""
     flags = ["--speculative-num-steps", str(steps)]
-    if NODES_FLAG in given or steps + 1 <= _default_nodes(method, config):
+    if NODES_FLAG in given or steps + 1 <= _default_nodes(method, config, given):
         return flags
     return [*flags, NODES_FLAG, str(steps + 1)]
 
 
-def _default_nodes(method: str, config: Mapping[str, Any]) -> int:
+def _default_nodes(method: str, config: Mapping[str, Any], given: Mapping[str, str | None]) -> int:
     """The node budget without the flag: NGRAM's is its longest match window (as SGLang's)."""
     if method != "ngram":
         return GENERIC_DEFAULTS[2]
     if config.get("prompt_lookup_max") is not None:
         return _positive_int(config, "prompt_lookup_max")
+    window = given.get(WINDOW_FLAG)
+    if window is not None and window.isdigit():
+        return int(window)
     from treespec.drafter.ngram.config import NgramConfig  # loads torch: only here
 
     return NgramConfig().max_match_window_size
@@ -222,7 +229,20 @@ def _positive_int(config: Mapping[str, Any], key: str) -> int:
     return value
 
 
-def _check_no_overlap(flags: list[str], given: Set[str]) -> None:
-    both = sorted({f for f in flags if f.startswith("--")} & given)
+def _given_flags(args: Sequence[str]) -> dict[str, str | None]:
+    """The long flags in `args` and the value after each (`--flag=value` or `--flag value`; None for
+    a flag without one)."""
+    given: dict[str, str | None] = {}
+    for i, arg in enumerate(args):
+        if not arg.startswith("--"):
+            continue
+        name, eq, value = arg.partition("=")
+        following = args[i + 1] if i + 1 < len(args) and not args[i + 1].startswith("--") else None
+        given[name] = value if eq else following
+    return given
+
+
+def _check_no_overlap(flags: list[str], given: Mapping[str, str | None]) -> None:
+    both = sorted({f for f in flags if f.startswith("--")} & given.keys())
     if both:
         raise SpeculativeConfigError(f"{FLAG} and {', '.join(both)} both set the same thing; give one")

@@ -73,6 +73,14 @@ def test_a_node_budget_given_as_a_flag_is_kept() -> None:
     assert out[out.index("--speculative-num-draft-tokens") + 1] == "6"
 
 
+def test_a_window_given_as_a_flag_sets_the_ngram_node_budget() -> None:
+    config = {"method": "ngram", "num_speculative_tokens": 5}
+    out = _expand("serve", config, "--speculative-ngram-max-match-window-size", "4")
+    assert out[-2:] == ["--speculative-num-draft-tokens", "6"]
+    out = _expand("serve", config, "--speculative-ngram-max-match-window-size=8")
+    assert "--speculative-num-draft-tokens" not in out
+
+
 def test_the_method_of_a_head_folder_is_read_from_its_config(tmp_path: Path) -> None:
     for architecture, algorithm in (("LlamaForCausalLMEagle3", "EAGLE3"), ("LlamaForCausalLMEagle", "EAGLE")):
         head = tmp_path / architecture
