@@ -14,9 +14,13 @@ class PassThroughDrafter(Drafter):
         self.inner = inner
 
     def open(
-        self, request_id: str, prompt: Sequence[int], trace_context: Mapping[str, str] | None = None
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        trace_context: Mapping[str, str] | None = None,
+        cache_salt: str = "",
     ) -> None:
-        self.inner.open(request_id, prompt, trace_context)
+        self.inner.open(request_id, prompt, trace_context, cache_salt)
 
     def commit(self, request_id: str, tokens: Sequence[int], features: FeatureSlots | None = None) -> None:
         self.inner.commit(request_id, tokens, features)

@@ -66,6 +66,7 @@ def choice_jobs(
                 prompt_token_ids=prompt_ids,
                 sampling=sampling_params(body, max_new, index, grammar_after),
                 speculation=speculation_params(body),
+                cache_salt=body.cache_salt or "",
             )
             echo = None if echoes is None else echoes[p]
             job = ChoiceJob(

@@ -39,6 +39,7 @@ MAX_CHOICES = 32  # prompts x n: the Generate calls one request may open
 MAX_TOKENS_LIMIT = 2**31 - 1
 MAX_REPETITION_PENALTY = 100.0  # far past any use; keeps the value finite
 MAX_LOGIT_BIAS = 1024  # tokens one request may bias
+MAX_CACHE_SALT_CHARS = 1024
 MAX_GUIDED_CHOICES = 256
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -141,6 +142,8 @@ class SamplingFields(BaseModel):
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     logit_bias: dict[str, float] | None = Field(default=None, max_length=MAX_LOGIT_BIAS)
+    # vLLM's: cached state (prefix cache, the n-gram memory) shared only with requests of the same salt.
+    cache_salt: UnicodeText | None = Field(default=None, min_length=1, max_length=MAX_CACHE_SALT_CHARS)
     # Structured output: OpenAI's, and vLLM's guided decoding (at most one of them).
     response_format: ResponseFormat | None = None
     guided_json: dict[str, Any] | UnicodeText | None = None

@@ -308,9 +308,8 @@ class Engine:
             else:
                 self._states[item.request_id] = item
                 self.scheduler.add(item)
-                self._drafter_call(
-                    "open", item.request_id, list(item.request.prompt_ids), item.request.trace_context
-                )
+                r = item.request
+                self._drafter_call("open", item.request_id, list(r.prompt_ids), r.trace_context, r.cache_salt)
         return outputs
 
     def _follow_feature_spec(self) -> None:

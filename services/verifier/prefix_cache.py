@@ -9,6 +9,10 @@ blocks nobody holds stay in the allocator's idle list and are evicted least rece
 only when no free block is left (kv_cache.py). A hit shares the blocks: their owners only read them
 (new tokens, tree nodes included, are written after the request's committed length).
 
+A request's first block hangs off the root, or off its cache salt (vLLM's `cache_salt`) if it has
+one: requests of different salts, or with and without one, never share a block, so that how fast a
+prompt starts tells nothing about other tenants' prompts.
+
 A cached block may need more than its K/V to be reused: `complete` says whether it holds all of it
 (with an EAGLE drafter, the target's features of its positions too: feature_cache.py). A match stops
 at the first incomplete block, and a complete block computed again takes an incomplete one's place.
@@ -22,9 +26,9 @@ from dataclasses import dataclass, field
 
 from treespec.shared.model.kv_cache import BlockAllocator
 
-ROOT = 0  # the key id before a request's first block
+ROOT = 0  # the key id before an unsalted request's first block (a salted one's: the salt)
 
-BlockKey = tuple[int, tuple[int, ...]]
+BlockKey = tuple[int | str, tuple[int, ...]]
 
 
 def _always(block: int) -> bool:
@@ -46,12 +50,12 @@ class PrefixCache:
     def __post_init__(self) -> None:
         self.allocator.on_evict = self._forget
 
-    def match(self, tokens: Sequence[int], limit: int) -> tuple[list[int], list[int]]:
-        """The cached blocks holding the longest prefix of `tokens` of at most `limit` tokens, now
-        shared by the caller, and their key ids (the chain to extend with `register`)."""
+    def match(self, tokens: Sequence[int], limit: int, salt: str = "") -> tuple[list[int], list[int]]:
+        """The cached blocks holding the longest prefix of `tokens` of at most `limit` tokens cached
+        under `salt`, now shared by the caller, and their key ids (the chain to extend with `register`)."""
         blocks: list[int] = []
         chain: list[int] = []
-        parent = ROOT
+        parent: int | str = _root(salt)
         for start in range(0, limit - self.block_size + 1, self.block_size):
             block = self._index.get((parent, tuple(tokens[start : start + self.block_size])))
             if block is None or not self.complete(block):
@@ -68,16 +72,17 @@ class PrefixCache:
         self.hit_tokens += found
 
     def register(
-        self, tokens: Sequence[int], blocks: Sequence[int], committed: int, chain: list[int]
+        self, tokens: Sequence[int], blocks: Sequence[int], committed: int, chain: list[int], salt: str = ""
     ) -> None:
-        """Cache the request's full blocks below `committed` tokens that `chain` (its key ids so far,
-        extended here) does not cover yet. Where an equal block is cached already (another request
-        computed the same prefix), the chain follows that one and this block stays private, unless
-        this one is complete and that one is not: then this one takes its place, under its key id."""
+        """Cache the request's full blocks below `committed` tokens, under `salt`, that `chain` (its
+        key ids so far, extended here) does not cover yet. Where an equal block is cached already
+        (another request computed the same prefix), the chain follows that one and this block stays
+        private, unless this one is complete and that one is not: then this one takes its place, under
+        its key id."""
         while (len(chain) + 1) * self.block_size <= committed:
             i = len(chain)
             key = (
-                chain[-1] if chain else ROOT,
+                chain[-1] if chain else _root(salt),
                 tuple(tokens[i * self.block_size : (i + 1) * self.block_size]),
             )
             cached = self._index.get(key)
@@ -106,3 +111,8 @@ class PrefixCache:
         key, _ = self._keys.pop(block)
         del self._index[key]
         self.evicted_blocks += 1
+
+
+def _root(salt: str) -> int | str:
+    """What a request's first block hangs off: key ids are ints, so a salt can be none of them."""
+    return salt or ROOT

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 class _Track:
     tokens: list[int]  # prompt + every committed token: enough to reopen the request anywhere
     trace_context: dict[str, str]
+    cache_salt: str = ""
     link: DraftLink | None = None  # the live replica drafting it; None while no replica is up
 
 
@@ -86,11 +87,15 @@ class RemoteDrafter(Drafter):
     # ---- the Drafter API (engine thread) -------------------------------------------------------
 
     def open(
-        self, request_id: str, prompt: Sequence[int], trace_context: Mapping[str, str] | None = None
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        trace_context: Mapping[str, str] | None = None,
+        cache_salt: str = "",
     ) -> None:
         with self._lock:
             self._drop(request_id)
-            track = _Track(list(prompt), dict(trace_context or {}))
+            track = _Track(list(prompt), dict(trace_context or {}), cache_salt)
             self._tracks[request_id] = track
             self._assign(request_id, track, self._loads())
 
@@ -263,7 +268,10 @@ class RemoteDrafter(Drafter):
             return
         loads[link] += 1
         message = drafter_pb2.OpenDraft(
-            request_id=request_id, token_ids=track.tokens, trace_context=track.trace_context
+            request_id=request_id,
+            token_ids=track.tokens,
+            trace_context=track.trace_context,
+            cache_salt=track.cache_salt,
         )
         link.send(drafter_pb2.DraftRequest(open=message))
 

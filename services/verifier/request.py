@@ -140,6 +140,8 @@ class GenerationRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     speculation: SpeculationParams | None = None  # None: the engine's default
     trace_context: Mapping[str, str] = field(default_factory=dict)  # W3C trace context, for drafters
+    # vLLM's cache_salt: shares cached state (prefix cache, a drafter's memory) only with the same salt
+    cache_salt: str = ""
 
 
 class FinishReason(enum.Enum):

@@ -64,7 +64,8 @@ class Scheduler:
         by a stop token inside an accepted path has K/V past its last token: never offered.)"""
         if self.prefix_cache is not None and state.blocks:
             committed = min(state.kv_len, len(state.tokens))
-            self.prefix_cache.register(state.tokens, state.blocks, committed, state.prefix_chain)
+            salt = state.request.cache_salt
+            self.prefix_cache.register(state.tokens, state.blocks, committed, state.prefix_chain, salt)
 
     def trim(self, state: RequestState) -> None:
         """Free blocks past the committed K/V (the scratch slots of rejected tree nodes)."""
@@ -124,7 +125,9 @@ class Scheduler:
             return 0
         if state.request.sampling.prompt_logprobs is not None:
             return 0
-        state.blocks, state.prefix_chain = cache.match(state.tokens, len(state.tokens) - 1)
+        state.blocks, state.prefix_chain = cache.match(
+            state.tokens, len(state.tokens) - 1, state.request.cache_salt
+        )
         state.kv_len = len(state.blocks) * self.block_size
         return state.kv_len
 

@@ -49,10 +49,16 @@ class Drafter(ABC):
 
     @abstractmethod
     def open(
-        self, request_id: str, prompt: Sequence[int], trace_context: Mapping[str, str] | None = None
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        trace_context: Mapping[str, str] | None = None,
+        cache_salt: str = "",
     ) -> None:
         """Start tracking a request. `trace_context`: the request's W3C trace context (traceparent ...),
-        for drafters that record spans of their own."""
+        for drafters that record spans of their own. `cache_salt` (vLLM's, "" for none): a drafter
+        that learns from other requests' text must keep a salted request's text apart, for requests
+        of the same salt only, and draft for it from nothing else."""
 
     @abstractmethod
     def commit(self, request_id: str, tokens: Sequence[int], features: FeatureSlots | None = None) -> None:

@@ -54,10 +54,14 @@ class FeatureRecordingDrafter(Drafter):
         return self.ring
 
     def open(
-        self, request_id: str, prompt: Sequence[int], trace_context: Mapping[str, str] | None = None
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        trace_context: Mapping[str, str] | None = None,
+        cache_salt: str = "",
     ) -> None:
         self.rows[request_id] = {}
-        self.oracle.open(request_id, prompt, trace_context)
+        self.oracle.open(request_id, prompt, trace_context, cache_salt)
 
     def commit(self, request_id: str, tokens: Sequence[int], features: FeatureSlots | None = None) -> None:
         self.oracle.commit(request_id, tokens)

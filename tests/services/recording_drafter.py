@@ -18,6 +18,7 @@ class Call:
     method: str  # open, commit, close, propose
     key: str  # the id the plugin saw: "<stream>/<request id>" behind the server
     tokens: tuple[int, ...] = ()
+    cache_salt: str = ""  # open's
 
 
 class RecordingDrafter(Drafter):
@@ -33,10 +34,14 @@ class RecordingDrafter(Drafter):
         self.called_on: set[int] = set()  # the threads its calls ran on
 
     def open(
-        self, request_id: str, prompt: Sequence[int], trace_context: Mapping[str, str] | None = None
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        trace_context: Mapping[str, str] | None = None,
+        cache_salt: str = "",
     ) -> None:
-        self._record(Call("open", request_id, tuple(prompt)))
-        self.inner.open(request_id, prompt, trace_context)
+        self._record(Call("open", request_id, tuple(prompt), cache_salt))
+        self.inner.open(request_id, prompt, trace_context, cache_salt)
 
     def commit(self, request_id: str, tokens: Sequence[int], features: FeatureSlots | None = None) -> None:
         self._record(Call("commit", request_id, tuple(tokens)))

@@ -96,13 +96,16 @@ def run_steps(engine: Engine, tokens: dict[str, list[int]], steps: int | None = 
 @pytest.mark.parametrize("local", [False, True], ids=["grpc", "local-socket"])
 @pytest.mark.parametrize("calls", list(PluginCalls))
 def test_remote_trees_respect_budget_and_root(calls: PluginCalls, local: bool, tmp_path: Path) -> None:
-    """Over gRPC, or over a co-located drafter's local socket (test_local_draft_link.py)."""
+    """Over gRPC, or over a co-located drafter's local socket (test_local_draft_link.py); the plugin
+    learns each request's cache salt."""
     socket = tmp_path / "draft.sock"
+    plugin = RecordingDrafter(VOCAB)
     with (
-        serving(RecordingDrafter(VOCAB), calls=calls, local_socket=socket if local else None) as (_, address),
+        serving(plugin, calls=calls, local_socket=socket if local else None) as (_, address),
         remote([f"local:{socket}" if local else address]) as drafter,
     ):
-        drafter.open("r0", [1, 2, 3])
+        drafter.open("r0", [1, 2, 3], cache_salt="tenant-a")
+        drafter.open("r1", [1, 2])
         drafter.commit("r0", [4, 5])
         tree, missing = drafter.propose([DraftQuery("r0", BUDGET), DraftQuery("never-opened", BUDGET)])
         assert tree is not None and missing is None
@@ -111,6 +114,8 @@ def test_remote_trees_respect_budget_and_root(calls: PluginCalls, local: bool, t
             tree.tokens, tree.parents, tree.probs, vocab_size=VOCAB, max_nodes=8, max_depth=5, max_children=4
         )
         assert problem is None and tree.num_nodes == 8
+        opened = plugin.calls("open", "r0") + plugin.calls("open", "r1")
+        assert [c.cache_salt for c in opened] == ["tenant-a", ""]
 
 
 def test_dns_target_resolves_to_the_replica() -> None:
@@ -274,8 +279,12 @@ class RawStream:
         self._outbox: queue.SimpleQueue[drafter_pb2.DraftRequest | None] = queue.SimpleQueue()
         self.call = drafter_pb2_grpc.DrafterStub(channel).Draft(iter(self._outbox.get, None))
 
-    def open(self, rid: str, tokens: list[int], trace_context: dict[str, str] | None = None) -> None:
-        message = drafter_pb2.OpenDraft(request_id=rid, token_ids=tokens, trace_context=trace_context or {})
+    def open(
+        self, rid: str, tokens: list[int], trace_context: dict[str, str] | None = None, cache_salt: str = ""
+    ) -> None:
+        message = drafter_pb2.OpenDraft(
+            request_id=rid, token_ids=tokens, trace_context=trace_context or {}, cache_salt=cache_salt
+        )
         self._outbox.put(drafter_pb2.DraftRequest(open=message))
 
     def close(self, rid: str) -> None:

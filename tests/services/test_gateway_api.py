@@ -377,6 +377,30 @@ def test_a_repeated_prefix_is_reported_as_cached(client: openai.OpenAI) -> None:
     assert second >= first + 48 and second < usages[1].prompt_tokens
 
 
+def test_a_cache_salt_shares_cached_prefixes_with_its_own_salt_only(client: openai.OpenAI) -> None:
+    system = "You answer questions about rivers in one short sentence, and name the river first. " * 4
+
+    def cached(salt: str | None, question: str) -> int:
+        extra = {} if salt is None else {"cache_salt": salt}
+        reply = client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "system", "content": system}, {"role": "user", "content": question}],
+            max_tokens=2,
+            temperature=0,
+            extra_body=extra,
+        )
+        assert reply.usage is not None and reply.usage.prompt_tokens_details is not None
+        return reply.usage.prompt_tokens_details.cached_tokens or 0
+
+    assert cached("tenant-a", "Which river is longest?") == 0
+    assert cached("tenant-b", "Which river is widest?") == 0  # tenant-a's prefix is not found
+    assert cached(None, "Which river is oldest?") == 0
+    assert cached("tenant-a", "Which river is deepest?") >= 48  # its own salt's prefix is
+    with pytest.raises(openai.BadRequestError) as refused:
+        cached("", "Which river is coldest?")
+    assert "cache_salt" in str(refused.value)
+
+
 def test_tokenize_and_detokenize(http: httpx.Client, tokenizer: PromptTokenizer) -> None:
     got = http.post("/tokenize", json={"model": MODEL, "prompt": "Hello there"}).json()
     assert got["tokens"] == tokenizer.text_prompt("Hello there") and got["count"] == len(got["tokens"])

@@ -350,10 +350,14 @@ class ContextDrafter(RandomTreeDrafter):
         self.trace_contexts: dict[str, dict[str, str]] = {}
 
     def open(
-        self, request_id: str, prompt: Sequence[int], trace_context: Mapping[str, str] | None = None
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        trace_context: Mapping[str, str] | None = None,
+        cache_salt: str = "",
     ) -> None:
         self.trace_contexts[request_id] = dict(trace_context or {})
-        super().open(request_id, prompt, trace_context)
+        super().open(request_id, prompt, trace_context, cache_salt)
 
 
 def test_generate_span_continues_the_callers_trace(tiny_path: Path, tiny_model: CausalLM) -> None:

@@ -116,7 +116,11 @@ class EagleDrafter(Drafter):
     # ---- lifecycle --------------------------------------------------------------------------------
 
     def open(
-        self, request_id: str, prompt: Sequence[int], trace_context: Mapping[str, str] | None = None
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        trace_context: Mapping[str, str] | None = None,
+        cache_salt: str = "",
     ) -> None:
         c = self.head.config
         kv = DraftKV.empty(c.num_kv_heads, c.head_dim, self.target.embed.dtype, self.target.embed.device)

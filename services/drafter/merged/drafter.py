@@ -39,9 +39,13 @@ class MergedDrafter(Drafter):
         return self.lead.feature_ring
 
     def open(
-        self, request_id: str, prompt: Sequence[int], trace_context: Mapping[str, str] | None = None
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        trace_context: Mapping[str, str] | None = None,
+        cache_salt: str = "",
     ) -> None:
-        self._each("open", lambda d: d.open(request_id, prompt, trace_context))
+        self._each("open", lambda d: d.open(request_id, prompt, trace_context, cache_salt))
 
     def commit(self, request_id: str, tokens: Sequence[int], features: FeatureSlots | None = None) -> None:
         self._each("commit", lambda d: d.commit(request_id, tokens, features))

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from treespec.drafter.ngram.cache_salt import salt_marker, salted
 from treespec.drafter.ngram.calibration import AcceptanceModel
 from treespec.drafter.ngram.candidates import Candidate, from_local, from_memory
 from treespec.drafter.ngram.config import NgramConfig
@@ -37,6 +38,7 @@ class _Request:
     index: RequestIndex
     cursor: ObservationCursor
     acceptance: AcceptanceModel
+    salt: Context = ()  # its contexts' prefix in the memory (cache_salt.py); () without a cache salt
     last_tree: DraftedTree | None = None
 
 
@@ -68,7 +70,11 @@ class NgramDrafter(Drafter):
         return cls(config, open_memory(config.redis_url, memory_config))
 
     def open(
-        self, request_id: str, prompt: Sequence[int], trace_context: Mapping[str, str] | None = None
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        trace_context: Mapping[str, str] | None = None,
+        cache_salt: str = "",
     ) -> None:
         c = self.config
         index = RequestIndex(c.min_match_window_size, c.max_match_window_size)
@@ -77,7 +83,7 @@ class NgramDrafter(Drafter):
         cursor = ObservationCursor(
             first_start, c.min_match_window_size, c.max_match_window_size, c.branch_length
         )
-        self._requests[request_id] = _Request(index, cursor, self.acceptance.child())
+        self._requests[request_id] = _Request(index, cursor, self.acceptance.child(), salt_marker(cache_salt))
 
     def commit(self, request_id: str, tokens: Sequence[int], features: FeatureSlots | None = None) -> None:
         request = self._requests[request_id]
@@ -85,12 +91,12 @@ class NgramDrafter(Drafter):
             request.acceptance.observe(tree_outcomes(request.last_tree, tokens))
             request.last_tree = None
         request.index.extend(tokens)
-        self.memory.record(request.cursor.take(request.index.tokens, final=False))
+        self.memory.record(salted(request.salt, request.cursor.take(request.index.tokens, final=False)))
 
     def close(self, request_id: str) -> None:
         request = self._requests.pop(request_id, None)
         if request is not None:
-            self.memory.record(request.cursor.take(request.index.tokens, final=True))
+            self.memory.record(salted(request.salt, request.cursor.take(request.index.tokens, final=True)))
 
     def shutdown(self) -> None:
         self.memory.close()
@@ -112,10 +118,10 @@ class NgramDrafter(Drafter):
         return build_tree(root, local + remembered, query.budget, self.shape, request.acceptance.probability)
 
     def _remembered(self, requests: Sequence[_Request]) -> list[list[Candidate]]:
-        """One memory read for the whole batch: every request's suffix windows."""
+        """One memory read for the whole batch: every request's suffix windows (under its salt)."""
         windows = [self._windows(len(r.index.tokens)) for r in requests]
         contexts: list[Context] = [
-            tuple(r.index.tokens[-w:]) for r, ws in zip(requests, windows, strict=True) for w in ws
+            r.salt + tuple(r.index.tokens[-w:]) for r, ws in zip(requests, windows, strict=True) for w in ws
         ]
         results = self.memory.lookup(contexts) if contexts else []
         out: list[list[Candidate]] = []

@@ -45,7 +45,11 @@ class OracleDrafter(Drafter):
         return cls(vocab_size=context.vocab_size, **context.options)
 
     def open(
-        self, request_id: str, prompt: Sequence[int], trace_context: Mapping[str, str] | None = None
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        trace_context: Mapping[str, str] | None = None,
+        cache_salt: str = "",
     ) -> None:
         self._tracks[request_id] = _Track(self.continuations.get(tuple(prompt)), last=prompt[-1])
 

@@ -39,7 +39,11 @@ class RandomTreeDrafter(Drafter):
         return cls(context.vocab_size, **context.options)
 
     def open(
-        self, request_id: str, prompt: Sequence[int], trace_context: Mapping[str, str] | None = None
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        trace_context: Mapping[str, str] | None = None,
+        cache_salt: str = "",
     ) -> None:
         self._histories[request_id] = _History(len(prompt), prompt[-1])
 

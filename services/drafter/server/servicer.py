@@ -84,7 +84,9 @@ class DrafterServicer(drafter_pb2_grpc.DrafterServicer):
         kind = message.WhichOneof("message")
         if kind == "open":
             m = message.open
-            await self._runner.run(session.open, m.request_id, list(m.token_ids), dict(m.trace_context))
+            await self._runner.run(
+                session.open, m.request_id, list(m.token_ids), dict(m.trace_context), m.cache_salt
+            )
         elif kind == "advance":
             m = message.advance
             await self._runner.run(session.advance, m.request_id, list(m.token_ids), _features(m))

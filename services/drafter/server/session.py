@@ -46,7 +46,13 @@ class DraftSession:
     def key(self, request_id: str) -> str:
         return self._prefix + request_id
 
-    def open(self, request_id: str, token_ids: Sequence[int], trace_context: Mapping[str, str]) -> None:
+    def open(
+        self,
+        request_id: str,
+        token_ids: Sequence[int],
+        trace_context: Mapping[str, str],
+        cache_salt: str = "",
+    ) -> None:
         """Also a reopen: a request this stream already tracks starts over from `token_ids`."""
         if request_id in self._open:
             self.close(request_id)
@@ -54,7 +60,7 @@ class DraftSession:
             self._warn_once("empty", f"ignoring Open of {request_id!r} without tokens")
             return
         key = self.key(request_id)
-        if self._call("open", key, list(token_ids), dict(trace_context)):
+        if self._call("open", key, list(token_ids), dict(trace_context), cache_salt):
             self._open.add(request_id)
             self._spans.start(key, request_id, trace_context)
 

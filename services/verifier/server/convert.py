@@ -48,6 +48,7 @@ def generation_request(
         sampling=sampling_params(msg.sampling),
         speculation=speculation,
         trace_context=dict(trace_context),
+        cache_salt=msg.cache_salt,
     )
 
 

@@ -26,7 +26,11 @@ class BrokenDrafter(Drafter):
         self.calls = 0
 
     def open(
-        self, request_id: str, prompt: Sequence[int], trace_context: Mapping[str, str] | None = None
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        trace_context: Mapping[str, str] | None = None,
+        cache_salt: str = "",
     ) -> None:
         self._fail()
 

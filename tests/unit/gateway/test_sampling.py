@@ -44,6 +44,15 @@ def test_choices_of_a_batch() -> None:
     assert not jobs[0].request.speculation.HasField("enabled")
 
 
+def test_the_cache_salt_goes_with_every_choice_of_every_prompt() -> None:
+    fields = {"model": "m", "prompt": ["x", "y"], "n": 2}
+    salted = CompletionRequest.model_validate({**fields, "cache_salt": "tenant-a"})
+    jobs = choice_jobs(salted, [[1], [2]], 4, INFO, "c")
+    assert [job.request.cache_salt for job in jobs] == ["tenant-a"] * 4
+    unsalted = CompletionRequest.model_validate({**fields, "cache_salt": None})
+    assert all(job.request.cache_salt == "" for job in choice_jobs(unsalted, [[1], [2]], 4, INFO, "c"))
+
+
 @pytest.mark.parametrize(
     ("fields", "want"),
     [

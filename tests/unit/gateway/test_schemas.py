@@ -129,6 +129,9 @@ def test_content_parts_and_developer_role() -> None:
         ({"speculation": {"depth": 2}}, "unknown_parameter", "speculation.depth"),
         ({"stop_token_ids": [-1]}, "invalid_value", "stop_token_ids.0"),
         ({"seed": 2**63}, "invalid_value", "seed"),
+        ({"cache_salt": ""}, "invalid_value", "cache_salt"),  # vLLM: a non-empty string if given
+        ({"cache_salt": 7}, "invalid_value", "cache_salt"),
+        ({"cache_salt": "tenant\ud800"}, "invalid_value", "cache_salt"),
         ({"messages": []}, "invalid_value", "messages"),
         ({"messages": [{"role": "wizard", "content": "x"}]}, "invalid_value", "messages.0.role"),
         ({"messages": [{"role": "tool", "content": "x"}]}, "missing_required_parameter", None),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from tests.services.recording_drafter import RecordingDrafter
 from treespec.drafter.random_tree.drafter import RandomTreeDrafter
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.kv_cache import BlockAllocator
@@ -67,6 +68,24 @@ def test_register_extends_a_chain_and_follows_equal_blocks() -> None:
     assert cache.allocator.num_idle == 0  # not retained: straight back to the free heap
     cache.allocator.free(mine)
     assert cache.allocator.num_idle == 3
+
+
+def test_a_cache_salt_shares_blocks_only_with_its_own_salt() -> None:
+    cache = _cache(16)
+    tokens = list(range(12))
+    salted = cache.allocator.allocate(3)
+    cache.register(tokens, salted, 12, [], salt="tenant-a")
+    cache.allocator.free(salted)
+    assert cache.match(tokens, limit=11)[0] == []  # unsalted
+    assert cache.match(tokens, limit=11, salt="tenant-b")[0] == []
+    found, chain = cache.match(tokens, limit=11, salt="tenant-a")
+    assert found == salted[:2] and len(chain) == 2
+    cache.allocator.free(found)
+    # The same tokens unsalted are blocks of their own, which no salt finds.
+    plain = _cached_request(cache, tokens)
+    assert set(plain).isdisjoint(salted) and cache.num_cached_blocks == 6
+    assert cache.match(tokens, limit=11, salt="tenant-b")[0] == []
+    assert cache.match(tokens, limit=11)[0] == plain[:2]
 
 
 def test_eviction_goes_least_recent_first_and_from_a_prefix_s_end() -> None:
@@ -167,3 +186,29 @@ def test_prompt_logprobs_compute_every_prompt_row(tiny_path: Path, tiny_model: C
     assert (
         engine.prefix_cache is not None and engine.prefix_cache.hit_tokens == 24
     )  # only "again" reused warm's blocks
+
+
+def test_the_engine_reuses_a_salted_prompt_for_its_salt_only(tiny_path: Path, tiny_model: CausalLM) -> None:
+    """And its drafter learns each request's salt (for a memory of other requests' text: the n-gram
+    drafter's cache_salt.py)."""
+    config = EngineConfig(model_path=tiny_path, page_size=BS, max_total_tokens=1024)
+    drafter = RecordingDrafter(VOCAB)
+    engine = Engine(config, drafter, tiny_model)
+    prompt = list(range(5, 30))  # 24 tokens in full blocks before its last
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=3)
+    cache = engine.prefix_cache
+    assert cache is not None
+
+    def hits_of(rid: str, salt: str) -> int:
+        before = cache.hit_tokens
+        request = GenerationRequest(rid, prompt, sampling, SpeculationParams(), cache_salt=salt)
+        engine.generate([request])
+        return cache.hit_tokens - before
+
+    assert hits_of("a1", "tenant-a") == 0
+    assert hits_of("b1", "tenant-b") == 0
+    assert hits_of("plain1", "") == 0
+    assert hits_of("a2", "tenant-a") == 24
+    assert hits_of("plain2", "") == 24
+    opened = {c.key: c.cache_salt for c in drafter.calls("open")}
+    assert opened == {"a1": "tenant-a", "b1": "tenant-b", "plain1": "", "a2": "tenant-a", "plain2": ""}

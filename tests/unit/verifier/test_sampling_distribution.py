@@ -60,7 +60,11 @@ class TableDrafter(Drafter):
         self.generated: dict[str, list[int]] = {}
 
     def open(
-        self, request_id: str, prompt: Sequence[int], trace_context: Mapping[str, str] | None = None
+        self,
+        request_id: str,
+        prompt: Sequence[int],
+        trace_context: Mapping[str, str] | None = None,
+        cache_salt: str = "",
     ) -> None:
         self.generated[request_id] = []
 
