@@ -40,6 +40,7 @@ MAX_TOKENS_LIMIT = 2**31 - 1
 MAX_REPETITION_PENALTY = 100.0  # far past any use; keeps the value finite
 MAX_LOGIT_BIAS = 1024  # tokens one request may bias
 MAX_CACHE_SALT_CHARS = 1024
+MAX_HINT_CHARS = 1024  # safety_identifier, prompt_cache_key
 MAX_GUIDED_CHOICES = 256
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -314,11 +315,14 @@ class ChatMessage(BaseModel):
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
-    # Accepted and ignored.
+    # Accepted and ignored (hints for OpenAI's own service: storage, tiers, abuse detection, routing
+    # to its caches; this server's prefix cache needs no hint, and `cache_salt` isolates).
     metadata: dict[str, str] | None = None
     store: bool | None = None
     service_tier: str | None = None
     parallel_tool_calls: bool | None = None
+    safety_identifier: str | None = Field(default=None, max_length=MAX_HINT_CHARS)
+    prompt_cache_key: str | None = Field(default=None, max_length=MAX_HINT_CHARS)
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     # Function calling: a named function or "required" (structured output, tool_calls.py).

@@ -50,6 +50,10 @@ def test_a_typical_chat_request() -> None:
         tool_choice="none",
         response_format={"type": "text"},
         user="u",
+        safety_identifier="user-hash",  # OpenAI's newer hints, accepted and ignored
+        prompt_cache_key="conversation-7",
+        store=False,
+        metadata={"team": "a"},
         top_k=-1,
         min_p=0.1,
         ignore_eos=True,
