@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from treespec.kernels.logprobs import TokenLogprobs
-from treespec.shared.drafting.drafter import Drafter
+from treespec.shared.drafting.drafter import Drafter, salt_argument
 from treespec.shared.model.attention.torch_backend import TorchAttentionBackend
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.kv_cache import BlockAllocator, KVCache
@@ -309,7 +309,8 @@ class Engine:
                 self._states[item.request_id] = item
                 self.scheduler.add(item)
                 r = item.request
-                self._drafter_call("open", item.request_id, list(r.prompt_ids), r.trace_context, r.cache_salt)
+                salt = salt_argument(r.cache_salt)
+                self._drafter_call("open", item.request_id, list(r.prompt_ids), r.trace_context, *salt)
         return outputs
 
     def _follow_feature_spec(self) -> None:

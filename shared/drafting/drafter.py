@@ -33,6 +33,13 @@ class DrafterContext:
     target: TargetAccess | None = None
 
 
+def salt_argument(cache_salt: str) -> tuple[str, ...]:
+    """`open`'s cache_salt argument, passed only when there is a salt: a plugin written before the
+    parameter existed keeps drafting for unsalted requests, and fails to open a salted one (which is
+    then decoded plainly) rather than mixing its text with other requests' unawares."""
+    return (cache_salt,) if cache_salt else ()
+
+
 class Drafter(ABC):
     """A drafting method. The verifier calls it once per engine step with the whole batch.
 
@@ -56,9 +63,10 @@ class Drafter(ABC):
         cache_salt: str = "",
     ) -> None:
         """Start tracking a request. `trace_context`: the request's W3C trace context (traceparent ...),
-        for drafters that record spans of their own. `cache_salt` (vLLM's, "" for none): a drafter
-        that learns from other requests' text must keep a salted request's text apart, for requests
-        of the same salt only, and draft for it from nothing else."""
+        for drafters that record spans of their own. `cache_salt` (vLLM's; passed only when the
+        request has one, see `salt_argument`): a drafter that learns from other requests' text must
+        keep a salted request's text apart, for requests of the same salt only, and draft for it from
+        nothing else."""
 
     @abstractmethod
     def commit(self, request_id: str, tokens: Sequence[int], features: FeatureSlots | None = None) -> None:

@@ -6,7 +6,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -339,6 +339,28 @@ def test_unknown_request_and_plugin_failure_are_reported_per_result() -> None:
         assert "plugin failure" in failed.error and not failed.HasField("tree")
         (ok,) = stream.propose(3, "a").results
         assert ok.HasField("tree") and ok.tree.tokens[0] == 6 and not ok.error
+
+
+class LegacyDrafter(RecordingDrafter):
+    """A plugin written before `open` took a cache salt."""
+
+    def open(  # type: ignore[override]
+        self, request_id: str, prompt: Sequence[int], trace_context: Mapping[str, str] | None = None
+    ) -> None:
+        super().open(request_id, prompt, trace_context)
+
+
+def test_a_plugin_without_the_cache_salt_drafts_for_unsalted_requests_only() -> None:
+    """Unaware of salts, it could mix a salted request's text with others': that request fails to
+    open there (plain decoding for it) while every other request is drafted for as before."""
+    plugin = LegacyDrafter(VOCAB)
+    with serving(plugin) as (_, address), grpc.insecure_channel(address) as channel:
+        stream = RawStream(channel)
+        stream.open("plain", [4, 5, 6])
+        stream.open("salted", [4, 5, 6], cache_salt="tenant-a")
+        plain, salted = stream.propose(1, "plain", "salted").results
+        assert plain.HasField("tree") and not plain.error
+        assert salted.error and not salted.HasField("tree")
 
 
 @pytest.mark.parametrize("calls", list(PluginCalls))

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from treespec.drafter.server.spans import RequestSpans
-from treespec.shared.drafting.drafter import Drafter, DraftQuery
+from treespec.shared.drafting.drafter import Drafter, DraftQuery, salt_argument
 from treespec.shared.drafting.features import FeatureSlots
 from treespec.shared.drafting.token_tree import TokenTree, TreeBudget
 from treespec.shared.warn_once import WarnOnce
@@ -60,7 +60,7 @@ class DraftSession:
             self._warn_once("empty", f"ignoring Open of {request_id!r} without tokens")
             return
         key = self.key(request_id)
-        if self._call("open", key, list(token_ids), dict(trace_context), cache_salt):
+        if self._call("open", key, list(token_ids), dict(trace_context), *salt_argument(cache_salt)):
             self._open.add(request_id)
             self._spans.start(key, request_id, trace_context)
 
