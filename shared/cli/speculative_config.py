@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from treespec.shared.cli.speculation_flags import GENERIC_DEFAULTS
+from treespec.shared.cli.speculation_flags import default_budget
 
 FLAG = "--speculative-config"
 FLAG_NAMES = (FLAG, "--speculative_config")  # vLLM takes either spelling
@@ -209,17 +209,15 @@ def _depth_flags(
 
 
 def _default_nodes(method: str, config: Mapping[str, Any], given: Mapping[str, str | None]) -> int:
-    """The node budget without the flag: NGRAM's is its longest match window (as SGLang's)."""
-    if method != "ngram":
-        return GENERIC_DEFAULTS[2]
+    """The node budget without the flag, as `default_budget` sets it (NGRAM's: its longest match
+    window, from the JSON or the flag)."""
+    window: int | None = None
     if config.get("prompt_lookup_max") is not None:
-        return _positive_int(config, "prompt_lookup_max")
-    window = given.get(WINDOW_FLAG)
-    if window is not None and window.isdigit():
-        return int(window)
-    from treespec.drafter.ngram.config import NgramConfig  # loads torch: only here
-
-    return NgramConfig().max_match_window_size
+        window = _positive_int(config, "prompt_lookup_max")
+    elif (flag := given.get(WINDOW_FLAG)) is not None and flag.isdigit() and int(flag) > 0:
+        window = int(flag)
+    options = {} if window is None else {"max_match_window_size": window}
+    return default_budget(METHODS[method], options).num_draft_tokens
 
 
 def _positive_int(config: Mapping[str, Any], key: str) -> int:
