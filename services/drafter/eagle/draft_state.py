@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from treespec.drafter.eagle.pacing import DraftPacing
+from treespec.shared.drafting.draft_pacing import DraftPacing
 
 
 @dataclass

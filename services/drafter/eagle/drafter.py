@@ -2,9 +2,10 @@
 
 Per engine step, for the whole batch: (1) catch up: run the head over the pairs (feature of position
 i, token i + 1) the verifier committed since last time, appending to each request's draft KV cache;
-the last one gives the root's children. (2) Grow each tree for `num_steps` levels (tree_search.py),
-one batched head run per level over every request's expanded nodes. Features reach the drafter as
-slots of the verifier's ring (in process, or shared memory when co-located), copied at commit.
+the last one gives the root's children. (2) Grow each tree for `num_steps` levels
+(shared/drafting/tree_search.py), one batched head run per level over every request's expanded nodes.
+Features reach the drafter as slots of the verifier's ring (in process, or shared memory when
+co-located), copied at commit.
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from treespec.drafter.eagle.draft_state import DraftKV, DraftState
 from treespec.drafter.eagle.head import EagleHead, HeadOutput, attend, attend_rows
 from treespec.drafter.eagle.head_config import EagleFormat
 from treespec.drafter.eagle.token_map import load_token_map, restricted_lm_head
-from treespec.drafter.eagle.tree_search import SearchTree
 from treespec.drafter.merged.drafter import MergedDrafter
 from treespec.drafter.ngram.drafter import NgramDrafter
 from treespec.shared.drafting.drafter import Drafter, DrafterContext, DraftQuery
 from treespec.shared.drafting.features import FeatureRing, FeatureSlots
 from treespec.shared.drafting.target_access import TargetTensors
 from treespec.shared.drafting.token_tree import TokenTree
+from treespec.shared.drafting.tree_search import SearchTree, grow_levels, ranked_children
 from treespec.shared.model.dual_layout import HeadWeight
 
 log = logging.getLogger(__name__)
@@ -142,7 +143,8 @@ class EagleDrafter(Drafter):
 
     @torch.inference_mode()
     def propose(self, queries: Sequence[DraftQuery]) -> list[TokenTree | None]:
-        """Trees for the requests whose drafts pay (pacing.py); the others wait, features and all."""
+        """Trees for the requests whose drafts pay (shared/drafting/draft_pacing.py); the others wait,
+        features and all."""
         found = [self._requests.get(q.request_id) for q in queries]
         states = [s if s is not None and s.pacing.drafts_now() else None for s in found]
         head_cost: dict[int, float] = {id(s): 0.0 for s in states if s is not None}
@@ -208,28 +210,16 @@ class EagleDrafter(Drafter):
             state.last_logprobs = lp
 
     def _grow(self, items: list[tuple[SearchTree, DraftState]], head_cost: dict[int, float]) -> None:
-        """Levels 2..num_steps: expand the best `topk` nodes of the last level of every tree at once,
-        while those nodes' path probability is worth a head step (`level_cost`) and their children
-        could still be kept (`SearchTree.can_add_kept`); each request takes its share of each pass."""
-        frontier = {id(t): t.best(list(range(1, len(t.tokens))), t.budget.topk) for t, _ in items}
+        """Levels 2..num_steps (`grow_levels`): one batched head pass per level over every growing
+        tree's frontier; each request takes its share of each pass."""
         expanded_nodes: dict[int, list[int]] = {id(t): [] for t, _ in items}
         node_hidden: dict[tuple[int, int], torch.Tensor] = {}
-        level = 1
-        while True:
-            active = [
-                (t, s)
-                for t, s in items
-                if level < t.budget.num_steps
-                and frontier[id(t)]
-                and t.mass(frontier[id(t)]) >= self.level_cost
-                and t.can_add_kept(frontier[id(t)])
-            ]
-            if not active:
-                return
+
+        def expand(level: list[tuple[int, list[int]]]) -> tuple[list[list[int]], list[list[float]]]:
             ids, hidden, positions, groups, owners = [], [], [], [], []
-            for tree, state in active:
-                head_cost[id(state)] += self.level_cost / len(active)
-                nodes = frontier[id(tree)]
+            for i, nodes in level:
+                tree, state = items[i]
+                head_cost[id(state)] += self.level_cost / len(level)
                 for node in nodes:
                     parent = tree.parents[node]
                     assert state.last_hidden is not None
@@ -241,15 +231,12 @@ class EagleDrafter(Drafter):
             out = self._run(
                 torch.tensor(ids, dtype=torch.long), torch.stack(hidden), torch.tensor(positions), groups
             )
-            tokens, logq = self._top_children(out.for_logits, max(t.budget.topk for t, _ in active))
-            new_level: dict[int, list[int]] = {id(t): [] for t, _ in active}
             for row, (tree, node) in enumerate(owners):
                 node_hidden[(id(tree), node)] = out.hidden[row]
                 expanded_nodes[id(tree)].append(node)
-                new_level[id(tree)] += tree.add_ranked(node, tokens[row], logq[row])
-            for tree, _ in active:
-                frontier[id(tree)] = tree.best(new_level[id(tree)], tree.budget.topk)
-            level += 1
+            return self._top_children(out.for_logits, max(items[i][0].budget.topk for i, _ in level))
+
+        grow_levels([t for t, _ in items], self.level_cost, expand)
 
     @staticmethod
     def _tree_rows(
@@ -295,13 +282,7 @@ class EagleDrafter(Drafter):
         return self.head.logits(for_logits, self._lm_head).float().log_softmax(dim=-1).cpu()
 
     def _top_children(self, for_logits: torch.Tensor, k: int) -> tuple[list[list[int]], list[list[float]]]:
-        """Each row's k most likely next tokens (target ids) and their draft log-probabilities, best
-        first: one top-k and one log-sum-exp over the rows, read out as lists at once."""
-        logits = self.head.logits(for_logits, self._lm_head).float()
-        values, index = logits.topk(min(k, logits.shape[-1]), dim=-1)
-        logq = values - logits.logsumexp(dim=-1, keepdim=True)
-        ids = index if self._vocab_ids is None else self._vocab_ids[index]
-        return ids.cpu().tolist(), logq.cpu().tolist()
+        return ranked_children(self.head.logits(for_logits, self._lm_head), k, self._vocab_ids)
 
 
 class Eagle2Drafter(EagleDrafter):

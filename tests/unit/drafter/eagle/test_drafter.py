@@ -22,12 +22,12 @@ from tests.unit.drafter.eagle.engine_runs import (
     tiny_engine,
 )
 from treespec.drafter.eagle import packed_matmul
-from treespec.drafter.eagle.tree_search import SearchTree
 from treespec.kernels.tree_mask import tree_depths
 from treespec.shared.cli.main import build_parser
 from treespec.shared.cli.plugin_flags import plugin_options
 from treespec.shared.drafting.drafter import DraftQuery
 from treespec.shared.drafting.token_tree import TokenTree, TreeBudget
+from treespec.shared.drafting.tree_search import SearchTree
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
 

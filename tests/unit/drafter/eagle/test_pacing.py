@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.unit.drafter.eagle.engine_runs import EAGLE, grown_request, make_drafter
-from treespec.drafter.eagle.pacing import MAX_WAIT, MIN_STEPS, DraftPacing
+from treespec.shared.drafting.draft_pacing import MAX_WAIT, MIN_STEPS, DraftPacing
 from treespec.shared.drafting.drafter import DraftQuery
 from treespec.shared.drafting.token_tree import TokenTree, TreeBudget
 from treespec.shared.model.causal_lm import CausalLM

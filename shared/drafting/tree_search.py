@@ -11,6 +11,7 @@ whose expanded nodes all rank below the kept places is not grown (`can_add_kept`
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -116,3 +117,50 @@ class SearchTree:
         tree_probs = torch.tensor(probs, dtype=torch.float32) if generator is not None else None
         path_probs = torch.tensor([math.exp(self.scores[i]) for i in order], dtype=torch.float32)
         return TokenTree(tokens, torch.tensor(parents, dtype=torch.long), tree_probs, path_probs)
+
+
+def ranked_children(
+    logits: torch.Tensor, k: int, token_ids: torch.Tensor | None = None
+) -> tuple[list[list[int]], list[list[float]]]:
+    """Each row's k most likely next tokens (through `token_ids` where the drafter's vocabulary is a
+    subset of the target's) and their draft log-probabilities, best first: one top-k and one
+    log-sum-exp over the rows, read out as lists at once (`SearchTree.add_ranked`'s input)."""
+    logits = logits.float()
+    values, index = logits.topk(min(k, logits.shape[-1]), dim=-1)
+    logq = values - logits.logsumexp(dim=-1, keepdim=True)
+    ids = index if token_ids is None else token_ids[index]
+    return ids.cpu().tolist(), logq.cpu().tolist()
+
+
+# One level's pass of a drafter: given the active trees (their indices) and the frontier nodes of each,
+# in order, each node's ranked children (`ranked_children`), in the same order.
+LevelPass = Callable[[list[tuple[int, list[int]]]], tuple[list[list[int]], list[list[float]]]]
+
+
+def grow_levels(trees: Sequence[SearchTree], level_cost: float, expand: LevelPass) -> None:
+    """Levels 2..num_steps of every tree at once: each level, `expand` runs the drafter once over the
+    best `topk` nodes of the last level of every tree still growing, which is one whose frontier's
+    path probability is worth a draft pass (`level_cost`, in target steps) and whose frontier's
+    children could still be kept (`SearchTree.can_add_kept`)."""
+    frontier = [t.best(list(range(1, len(t.tokens))), t.budget.topk) for t in trees]
+    level = 1
+    while True:
+        active = [
+            (i, frontier[i])
+            for i, t in enumerate(trees)
+            if level < t.budget.num_steps
+            and frontier[i]
+            and t.mass(frontier[i]) >= level_cost
+            and t.can_add_kept(frontier[i])
+        ]
+        if not active:
+            return
+        tokens, logq = expand(active)
+        row = 0
+        for i, nodes in active:
+            tree, new_level = trees[i], []
+            for node in nodes:
+                new_level += tree.add_ranked(node, tokens[row], logq[row])
+                row += 1
+            frontier[i] = tree.best(new_level, tree.budget.topk)
+        level += 1
