@@ -32,8 +32,8 @@ def add_eagle_arguments(parser: argparse.ArgumentParser) -> None:
         "--speculative-draft-model-path",
         dest="eagle_draft_path",
         metavar="DIR",
-        help="the head's folder (config.json + weights); default for EAGLE3: the head shipped for "
-        "the bundled SmolLM2-135M-Instruct",
+        help="the EAGLE head's folder (config.json + weights; default for EAGLE3: the head shipped for "
+        "the bundled SmolLM2-135M-Instruct), or STANDALONE's draft model (a Hugging Face folder)",
     )
     group.add_argument(
         "--speculative-token-map",

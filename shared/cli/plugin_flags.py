@@ -7,11 +7,17 @@ from typing import Any
 
 from treespec.shared.cli.eagle_flags import EAGLE_ALGORITHMS, add_eagle_arguments, eagle_options
 from treespec.shared.cli.ngram_flags import add_ngram_arguments, ngram_options
+from treespec.shared.cli.standalone_flags import (
+    STANDALONE_ALGORITHM,
+    add_standalone_arguments,
+    standalone_options,
+)
 
 
 def add_plugin_arguments(parser: argparse.ArgumentParser) -> None:
     add_ngram_arguments(parser)
     add_eagle_arguments(parser)
+    add_standalone_arguments(parser)
 
 
 def plugin_options(ns: argparse.Namespace, algorithm: str | None) -> dict[str, Any]:
@@ -20,6 +26,8 @@ def plugin_options(ns: argparse.Namespace, algorithm: str | None) -> dict[str, A
         return ngram_options(ns)
     if name in EAGLE_ALGORITHMS:
         return eagle_options(ns)
+    if name == STANDALONE_ALGORITHM:
+        return standalone_options(ns)
     return {}
 
 
@@ -34,3 +42,7 @@ def check_plugin_options(algorithm: str | None, options: dict[str, Any]) -> None
         from treespec.drafter.eagle.config import EagleConfig
 
         EagleConfig.from_options(options)
+    elif name == STANDALONE_ALGORITHM:
+        from treespec.drafter.standalone.config import StandaloneConfig
+
+        StandaloneConfig.from_options(options)

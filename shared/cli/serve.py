@@ -32,6 +32,11 @@ from treespec.shared.model.store import models_dir, resolve_model_path
 DEFAULT_ALGORITHM = "NGRAM"
 # Drafters that read the target's embedding and features: their process maps the verifier's memory.
 COLOCATED_ALGORITHMS = frozenset({"eagle", "eagle3"})
+# Drafters that run a model of their own: on the verifier's machine, the two processes take turns on
+# the same cores, and a drafting step (several forwards of the draft model) needs a longer deadline.
+MODEL_ALGORITHMS = frozenset({"standalone"})
+DRAFT_DEADLINE_MS = 50
+MODEL_DRAFT_DEADLINE_MS = 500
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,7 @@ class ServeConfig:
             num_steps=budget.num_steps,
             eagle_topk=budget.eagle_topk,
             num_draft_tokens=budget.num_draft_tokens,
-            draft_deadline_ms=50,
+            draft_deadline_ms=default_deadline_ms(algorithm),
             api_keys=(),
             served_model_name=None,
             verifier_metrics_port=None,
@@ -92,6 +97,10 @@ class ServeConfig:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+
+def default_deadline_ms(algorithm: str) -> int:
+    return MODEL_DRAFT_DEADLINE_MS if algorithm.lower() in MODEL_ALGORITHMS else DRAFT_DEADLINE_MS
 
 
 def private_socket_path() -> Path:
@@ -115,7 +124,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_budget_arguments(p)
     add_speculative_config_argument(p)
-    p.add_argument("--draft-deadline-ms", type=positive_int, default=50)
+    p.add_argument(
+        "--draft-deadline-ms",
+        type=positive_int,
+        default=None,
+        help=f"how long the verifier waits for a step's drafts (default: {DRAFT_DEADLINE_MS}; "
+        f"STANDALONE: {MODEL_DRAFT_DEADLINE_MS})",
+    )
     p.add_argument("--api-key", action="append", default=[], help="accepted API key (repeatable)")
     p.add_argument("--served-model-name", default=None)
     add_prefix_caching_argument(p)
@@ -144,7 +159,7 @@ def _run(ns: argparse.Namespace) -> int:
         num_steps=budget.num_steps,
         eagle_topk=budget.eagle_topk,
         num_draft_tokens=budget.num_draft_tokens,
-        draft_deadline_ms=ns.draft_deadline_ms,
+        draft_deadline_ms=ns.draft_deadline_ms or default_deadline_ms(ns.speculative_algorithm),
         api_keys=tuple(ns.api_key),
         served_model_name=ns.served_model_name,
         verifier_metrics_port=ns.verifier_metrics_port,
@@ -206,7 +221,7 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
         verifier += ["--disable-prefix-caching"]
     verifier_process = ServiceProcess("verifier", verifier, lambda: grpc_serving(verifier_address))
     out.insert(0 if c.colocated else len(out), verifier_process)  # a co-located drafter needs its socket
-    if c.colocated:  # the two take turns on the same cores
+    if c.colocated or (c.speculative and c.algorithm.lower() in MODEL_ALGORITHMS):  # turns on the same cores
         for process in out:
             process.env.update(shared_core_env(os.environ))
     gateway = [

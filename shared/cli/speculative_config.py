@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from treespec.shared.cli.speculation_flags import default_budget
+from treespec.shared.model.config import SUPPORTED_ARCHITECTURES
 
 FLAG = "--speculative-config"
 FLAG_NAMES = (FLAG, "--speculative_config")  # vLLM takes either spelling
 VERBS = ("serve", "verifier")
 NODES_FLAG = "--speculative-num-draft-tokens"
 WINDOW_FLAG = "--speculative-ngram-max-match-window-size"
-METHODS = {"ngram": "NGRAM", "eagle": "EAGLE", "eagle3": "EAGLE3"}
+METHODS = {"ngram": "NGRAM", "eagle": "EAGLE", "eagle3": "EAGLE3", "draft_model": "STANDALONE"}
 NGRAM_MODEL_NAMES = ("[ngram]", "ngram")  # vLLM's older way of asking for n-gram drafting
 # Keys that tune vLLM's own execution (parallelism, quantization, batching): no effect here.
 IGNORED_KEYS = frozenset(
@@ -48,7 +49,8 @@ LOSSLESS_ACCEPTANCE = "rejection_sampler"
 HELP = (
     'vLLM\'s speculative settings as JSON, e.g. \'{"method": "eagle3", "model": DIR, '
     '"num_speculative_tokens": 5}\' or \'{"method": "ngram", "prompt_lookup_max": 4}\': method '
-    "(ngram, eagle, eagle3) -> --speculative-algorithm, model -> --speculative-draft-model-path, "
+    "(ngram, eagle, eagle3, draft_model) -> --speculative-algorithm (draft_model: STANDALONE), "
+    "model -> --speculative-draft-model-path, "
     "num_speculative_tokens -> --speculative-num-steps (the tree's depth), prompt_lookup_max/min -> "
     "--speculative-ngram-max/min-match-window-size"
 )
@@ -109,6 +111,10 @@ def translate(config: Mapping[str, Any], given: Mapping[str, str | None] | None 
             raise SpeculativeConfigError(f"{FLAG}: prompt_lookup_max/min go with method ngram only")
         if model is not None:
             flags += ["--speculative-draft-model-path", str(model)]
+        elif method == "draft_model":
+            raise SpeculativeConfigError(
+                f"{FLAG}: method draft_model needs a model (the draft model's folder)"
+            )
     if config.get("num_speculative_tokens") is not None:
         flags += _depth_flags(_positive_int(config, "num_speculative_tokens"), method, config, given)
     ignored = sorted(k for k in config if k in IGNORED_KEYS)
@@ -155,7 +161,8 @@ def _check_lossless(config: Mapping[str, Any]) -> None:
 
 
 def _method(config: Mapping[str, Any]) -> str:
-    """The method named, else vLLM's inference from the model: '[ngram]', or an EAGLE head's folder."""
+    """The method named, else vLLM's inference from the model: '[ngram]', an EAGLE head's folder, or
+    a causal LM's (a separate draft model)."""
     method = config.get("method")
     model = config.get("model")
     if method is None and model is not None:
@@ -171,7 +178,8 @@ def _method(config: Mapping[str, Any]) -> str:
 
 
 def _head_method(model: Path) -> str:
-    """eagle3 or eagle from the head's config.json architectures, else from its name as vLLM does."""
+    """eagle3 or eagle from the head's config.json architectures, else from its name as vLLM does;
+    draft_model for a causal LM the forward pass runs."""
     try:
         architectures = json.loads((model / "config.json").read_text()).get("architectures") or []
     except (OSError, ValueError, AttributeError):
@@ -180,9 +188,11 @@ def _head_method(model: Path) -> str:
         return "eagle3"
     if "LlamaForCausalLMEagle" in architectures or "eagle" in model.name.lower():
         return "eagle"
+    if any(a in SUPPORTED_ARCHITECTURES for a in architectures):
+        return "draft_model"
     raise SpeculativeConfigError(
-        f"{FLAG}: cannot tell the method of {model} (a separate draft model is not supported); give a "
-        f"method ({', '.join(METHODS)})"
+        f"{FLAG}: cannot tell the method of {model} (neither an EAGLE head nor a causal LM treespec "
+        f"runs); give a method ({', '.join(METHODS)})"
     )
 
 

@@ -13,6 +13,7 @@ BUILTIN_DRAFTERS: dict[str, str] = {
     "ngram": "treespec.drafter.ngram.drafter:NgramDrafter",
     "eagle": "treespec.drafter.eagle.drafter:Eagle2Drafter",
     "eagle3": "treespec.drafter.eagle.drafter:Eagle3Drafter",
+    "standalone": "treespec.drafter.standalone.drafter:StandaloneDrafter",
 }
 
 

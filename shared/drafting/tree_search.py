@@ -164,3 +164,10 @@ def grow_levels(trees: Sequence[SearchTree], level_cost: float, expand: LevelPas
                 row += 1
             frontier[i] = tree.best(new_level, tree.budget.topk)
         level += 1
+
+
+def proposal(search: SearchTree | None, generator: torch.Generator | None) -> TokenTree | None:
+    """The search's kept nodes as the tree to verify; None for no search or a bare root (plain
+    decoding)."""
+    tree = None if search is None else search.to_token_tree(generator)
+    return None if tree is None or tree.num_nodes == 1 else tree

@@ -3,6 +3,7 @@ child dies."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 import openai
 import psutil
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from treespec.shared.launcher.ports import free_port
 
@@ -140,3 +142,46 @@ def test_a_dying_drafter_is_restarted_and_costs_no_request(serve: tuple[subproce
     assert process.poll() is None
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=60) == 0
+
+
+def test_a_vllm_draft_model_config_serves_with_a_standalone_draft_model(smollm_path: Path) -> None:
+    """vLLM's `draft_model` method through `treespec serve`: a drafter process runs the draft model
+    (SmolLM2 itself here, the one model on this machine: its drafts are the target's own greedy
+    continuations), the verifier accepts them, and the reply is plain decoding's."""
+    port = free_port()
+    config = {"method": "draft_model", "model": str(smollm_path), "num_speculative_tokens": 3}
+    args = ["serve", "--model-path", str(smollm_path), "--port", str(port)]
+    args += ["--verifier-port", str(free_port()), "--drafter-port", str(free_port())]
+    args += ["--speculative-config", json.dumps(config), "--speculative-draft-kv-tokens", "4096"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "treespec.shared.cli.main", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        wait_for_url(process, port)
+        drafter = next(p for p in children(process) if "drafter" in p.cmdline())
+        assert "STANDALONE" in drafter.cmdline()
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+        model = client.models.list().data[0].id
+        question: list[ChatCompletionMessageParam] = [
+            {"role": "user", "content": "Name three primary colours."}
+        ]
+        reply = client.chat.completions.create(model=model, messages=question, max_tokens=24, temperature=0)
+        meta = (reply.model_extra or {})["meta_info"]
+        assert meta["spec_accepted_tokens"] > 0
+        plain = client.chat.completions.create(
+            model=model,
+            messages=question,
+            max_tokens=24,
+            temperature=0,
+            extra_body={"speculation": {"enabled": False}},
+        )
+        assert reply.choices[0].message.content == plain.choices[0].message.content
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

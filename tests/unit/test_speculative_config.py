@@ -89,8 +89,22 @@ def test_the_method_of_a_head_folder_is_read_from_its_config(tmp_path: Path) -> 
         assert translate({"model": str(head)}).flags[:2] == ["--speculative-algorithm", algorithm]
     # Without a readable config, vLLM's rule: the folder's name.
     assert translate({"model": "/nowhere/sglang-EAGLE3-llama"}).flags[1] == "EAGLE3"
-    with pytest.raises(SpeculativeConfigError, match="separate draft model is not supported"):
+    # A causal LM's folder: vLLM's draft_model, treespec's STANDALONE.
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    (draft / "config.json").write_text(json.dumps({"architectures": ["Qwen2ForCausalLM"]}))
+    assert translate({"model": str(draft)}).flags == [
+        "--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", str(draft),
+    ]  # fmt: skip
+    with pytest.raises(SpeculativeConfigError, match="neither an EAGLE head nor a causal LM"):
         translate({"model": str(tmp_path)})
+
+
+def test_a_draft_model_becomes_standalone_with_its_depth() -> None:
+    config = {"method": "draft_model", "model": "/m", "num_speculative_tokens": 3}
+    flags = translate(config).flags
+    assert flags[:4] == ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", "/m"]
+    assert flags[flags.index("--speculative-num-steps") + 1] == "3"
 
 
 def test_keys_of_vllms_own_machinery_are_ignored_with_a_warning() -> None:
@@ -119,7 +133,8 @@ def test_other_commands_and_command_lines_without_it_are_left_alone() -> None:
         (["--speculative-config", "[1]"], "expected a JSON object"),
         (["--speculative-config"], "needs a JSON object"),
         (["--speculative-config", '{"method": "medusa"}'], "'medusa' is not supported"),
-        (["--speculative-config", '{"method": "draft_model", "model": "/m"}'], "is not supported"),
+        (["--speculative-config", '{"method": "mtp", "model": "/m"}'], "'mtp' is not supported"),
+        (["--speculative-config", '{"method": "draft_model"}'], "draft_model needs a model"),
         (["--speculative-config", "{}"], "give a method"),
         (["--speculative-config", '{"method": "ngram", "colour": 1}'], "unknown keys colour"),
         (

@@ -28,7 +28,7 @@ from treespec.shared.drafting.drafter import Drafter, DrafterContext, DraftQuery
 from treespec.shared.drafting.features import FeatureRing, FeatureSlots
 from treespec.shared.drafting.target_access import TargetTensors
 from treespec.shared.drafting.token_tree import TokenTree
-from treespec.shared.drafting.tree_search import SearchTree, grow_levels, ranked_children
+from treespec.shared.drafting.tree_search import SearchTree, grow_levels, proposal, ranked_children
 from treespec.shared.model.dual_layout import HeadWeight
 
 log = logging.getLogger(__name__)
@@ -167,17 +167,12 @@ class EagleDrafter(Drafter):
             [(s, st) for s, st in zip(searches, states, strict=True) if s is not None and st is not None],
             head_cost,
         )
-        trees = [self._proposal(s) for s in searches]
+        trees = [proposal(s, self._generator) for s in searches]
         for query, state, tree in zip(queries, states, trees, strict=True):
             if state is not None:
                 budget = query.budget
                 state.pacing.drafted(tree, head_cost[id(state)], budget.tree_cost, budget.node_cost)
         return trees
-
-    def _proposal(self, search: SearchTree | None) -> TokenTree | None:
-        """The search's kept nodes as a tree; None for no search or a bare root (plain decoding)."""
-        tree = None if search is None else search.to_token_tree(self._generator)
-        return None if tree is None or tree.num_nodes == 1 else tree
 
     def _catch_up(self, states: list[DraftState], head_cost: dict[int, float]) -> None:
         """Run the head over every pending (feature, next token) pair of these requests, batched; each
