@@ -1,6 +1,7 @@
 """How a chat choice's generated text becomes its message: the reasoning split off (with a reasoning
-parser), then the tool calls read out of the answer (a tool call mode, or "auto" with a parser), or
-the text as it is. Whole replies and streamed deltas go through the same readers."""
+parser), then the tool calls read out of the answer (a tool call mode, or "auto" with a parser; in
+the deprecated function-calling shape for a request that gave `functions`), or the text as it is.
+Whole replies and streamed deltas go through the same readers."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ class ChatReplyMessage:
     reasoning: str | None
     tool_calls: list[dict[str, Any]] | None
     finish_reason: str
+    function_call: dict[str, str] | None = None  # the deprecated shape of a call (function_calls.py)
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,9 @@ class ChatReplies:
             return ChatReplyMessage(content, reasoning, None, finish_reason)
         reply = self.tools.reply(text, finish_reason)
         content = reply.content if reply.content or reasoning is None else None
-        return ChatReplyMessage(content, reasoning, reply.tool_calls(), reply.finish_reason)
+        return ChatReplyMessage(
+            content, reasoning, reply.tool_calls(), reply.finish_reason, reply.function_call()
+        )
 
     def stream(self) -> ChatReplyStream:
         return ChatReplyStream(self.reasoning, self.tools.stream() if self.tools is not None else None)
@@ -84,8 +88,14 @@ class ChatReplyStream:
 
 
 def _merged(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
-    """Two deltas as one: their texts joined, their tool calls listed in order."""
+    """Two deltas as one: their texts joined, their tool calls listed in order, and a function
+    call's name and pieces of arguments (the deprecated `function_call`) joined field by field."""
     merged = dict(first)
     for key, value in second.items():
-        merged[key] = merged[key] + value if key in merged else value
+        if key not in merged:
+            merged[key] = value
+        elif isinstance(value, dict):
+            merged[key] = _merged(merged[key], value)
+        else:
+            merged[key] = merged[key] + value
     return merged

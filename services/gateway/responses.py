@@ -64,6 +64,8 @@ class ChatMessageOut(BaseModel):
     # vLLM's and SGLang's: the thinking of a reasoning model, split off by --reasoning-parser.
     reasoning_content: str | None = None
     tool_calls: list[dict[str, Any]] | None = None  # OpenAI's shape: id, type "function", function
+    # OpenAI's deprecated shape of one call, for a request that gave `functions`: name, arguments.
+    function_call: dict[str, str] | None = None
 
 
 class ChatChoice(BaseModel):

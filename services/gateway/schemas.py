@@ -1,9 +1,11 @@
 """OpenAI request bodies for /v1/chat/completions and /v1/completions (pydantic v2, strict).
 
 Unknown fields are refused (OpenAI: "Unrecognized request argument supplied"); fields that OpenAI
-knows but treespec does not implement (functions, ...) are accepted only at their neutral value, else
+knows but treespec does not implement (audio, ...) are accepted only at their neutral value, else
 refused as unsupported. Tools are called with a named function or "required" (tool_calls.py), or
-"auto" where the gateway has a tool-call parser (auto_tool_calls.py).
+"auto" where the gateway has a tool-call parser (auto_tool_calls.py); OpenAI's deprecated `functions`
+and `function_call` are read as the tools and tool choice they stand for (function_calls.py gives
+their calls back in the legacy shape).
 Structured output: OpenAI's `response_format` (json_object, json_schema) and vLLM's guided_json,
 guided_regex, guided_choice and guided_grammar, one at a time. Extensions after
 vLLM and SGLang: top_k, min_p, repetition_penalty, min_tokens, ignore_eos, stop_token_ids,
@@ -28,7 +30,16 @@ from pydantic_core import PydanticCustomError
 from treespec.gateway.errors import quotable
 from treespec.gateway.schema_types import STRICT, TemplateKwargs, TokenId, UnicodeText
 from treespec.gateway.tool_calls import ANY_OBJECT, ToolCallMode
-from treespec.gateway.tool_schemas import MAX_TOOLS, MessageToolCall, NamedToolChoice, ToolDef, template_tools
+from treespec.gateway.tool_schemas import (
+    MAX_TOOLS,
+    CalledFunction,
+    ChosenFunction,
+    FunctionDef,
+    MessageToolCall,
+    NamedToolChoice,
+    ToolDef,
+    template_tools,
+)
 from treespec.shared.rpc.limits import MAX_TOP_LOGPROBS
 
 MAX_N = 8
@@ -47,6 +58,13 @@ DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
 
 StopList = Annotated[list[UnicodeText], Field(max_length=MAX_STOP_STRINGS)]
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+
+# OpenAI's deprecated function-calling fields, and the newer ones each stands for.
+_LEGACY_TOOL_FIELDS = {"functions": "tools", "function_call": "tool_choice"}
+# The roles chat templates know a message's role by ("developer" is OpenAI's new name for "system",
+# and a "function" message is the deprecated form of a tool's answer).
+_TEMPLATE_ROLES = {"developer": "system", "function": "tool"}
 
 # Values that mean "feature off" for the OpenAI fields treespec does not implement.
 _NEUTRAL: tuple[Any, ...] = (None, False, 0, "", [], {}, "none", "auto", {"type": "text"}, ["text"])
@@ -252,31 +270,34 @@ class TextPart(BaseModel):
 
 class ChatMessage(BaseModel):
     """One message of the conversation. An assistant's may be written back as the SDK reads it
-    (`message.model_dump()`): content null, and its refusal, annotations, audio and function call
-    null (or empty); its tool calls, and the tools' answers (role "tool"), go to the chat template."""
+    (`message.model_dump()`): content null, and its refusal, annotations and audio null (or empty);
+    its tool calls, and the tools' answers (role "tool"), go to the chat template, as do the
+    deprecated forms of both: an assistant's `function_call` and a role "function" message (named
+    after the function) holding its result (`template_messages` pairs them)."""
 
     model_config = STRICT
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: UnicodeText | list[TextPart] | None = Field(default=None, validate_default=True)
     name: str | None = None
     tool_calls: list[MessageToolCall] | None = None  # an assistant's
     tool_call_id: str | None = None  # a tool's answer: the call it answers
     reasoning_content: str | None = None  # an assistant's thinking, as --reasoning-parser returned it
+    function_call: CalledFunction | None = None  # an assistant's, deprecated: its one call
     # An assistant's, known to OpenAI, not implemented: accepted at their neutral value only.
     refusal: str | None = None
     annotations: list[Any] | None = None
     audio: dict[str, Any] | None = None
-    function_call: dict[str, Any] | None = None
 
-    _check_unsupported = field_validator("refusal", "annotations", "audio", "function_call")(_unsupported)
+    _check_unsupported = field_validator("refusal", "annotations", "audio")(_unsupported)
 
     @field_validator("content")
     @classmethod
     def _content_unless_assistant(
         cls, value: str | list[TextPart] | None, info: ValidationInfo
     ) -> str | list[TextPart] | None:
-        """Only an assistant's message may go without content (OpenAI's, when it called tools)."""
-        if value is None and info.data.get("role", "assistant") != "assistant":
+        """Only an assistant's message may go without content (OpenAI's, when it called tools), and a
+        function's (the SDK's type for it allows null content)."""
+        if value is None and info.data.get("role", "assistant") not in ("assistant", "function"):
             raise PydanticCustomError("missing", "Field required")
         return value
 
@@ -289,27 +310,63 @@ class ChatMessage(BaseModel):
 
     @model_validator(mode="after")
     def _tool_fields_by_role(self) -> ChatMessage:
-        if self.tool_calls and self.role != "assistant":
-            raise PydanticCustomError("invalid_value", "only an assistant's message may hold tool_calls")
+        if (self.tool_calls or self.function_call is not None) and self.role != "assistant":
+            raise PydanticCustomError(
+                "invalid_value", "only an assistant's message may hold tool_calls or function_call"
+            )
+        if self.tool_calls and self.function_call is not None:
+            raise PydanticCustomError(
+                "invalid_value", "a message holds tool_calls or the deprecated function_call, not both"
+            )
         if self.reasoning_content is not None and self.role != "assistant":
             raise PydanticCustomError(
                 "invalid_value", "only an assistant's message may hold reasoning_content"
             )
         if self.role == "tool" and not self.tool_call_id:
             raise PydanticCustomError("missing", "a tool's message needs its 'tool_call_id'")
+        if self.role == "function" and not self.name:
+            raise PydanticCustomError("missing", "a function's message needs its 'name'")
         return self
 
-    def template_message(self) -> dict[str, Any]:
-        """The message as chat templates expect it ("developer" is OpenAI's new name for "system")."""
-        role = "system" if self.role == "developer" else self.role
-        message: dict[str, Any] = {"role": role, "content": self.text}
-        if self.tool_calls:
-            message["tool_calls"] = [call.template_call() for call in self.tool_calls]
-        if self.tool_call_id is not None:
-            message["tool_call_id"] = self.tool_call_id
+    def template_message(self, function_call_id: str = "") -> dict[str, Any]:
+        """The message as chat templates expect it, in the roles they know (_TEMPLATE_ROLES).
+        `function_call_id`: the id standing for the deprecated function call that this message makes
+        (an assistant's `function_call`) or answers (role "function"), which names none itself."""
+        message: dict[str, Any] = {"role": _TEMPLATE_ROLES.get(self.role, self.role), "content": self.text}
+        calls = list(self.tool_calls or [])
+        if self.function_call is not None:
+            calls.append(MessageToolCall(id=function_call_id, type="function", function=self.function_call))
+        if calls:
+            message["tool_calls"] = [call.template_call() for call in calls]
+        answered = function_call_id if self.role == "function" else self.tool_call_id
+        if answered is not None:
+            message["tool_call_id"] = answered
         if self.reasoning_content is not None:  # templates that show earlier thinking read it (Qwen3's)
             message["reasoning_content"] = self.reasoning_content
         return message
+
+
+def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
+    """The conversation as chat templates expect it. The deprecated function calling names no call
+    ids, yet templates pair a call with its answer by id: an assistant's `function_call` becomes a
+    tool call whose id comes from its place in the conversation, and a role "function" message the
+    tool message answering the latest such call (legacy calls are never parallel; one that answers
+    no call gets an id from its own place). Drawn from places, the ids are the same each time the
+    conversation is sent, so a conversation that grows keeps its prompt's prefix (and the prefix
+    cache's hits) from turn to turn."""
+    rendered: list[dict[str, Any]] = []
+    latest_call: str | None = None
+    for index, message in enumerate(messages):
+        if message.function_call is not None:
+            latest_call = _function_call_id(index)
+        rendered.append(message.template_message(latest_call or _function_call_id(index)))
+    return rendered
+
+
+def _function_call_id(index: int) -> str:
+    """The id of the deprecated function call made at message `index` (not shaped as the gateway's
+    own random `call_` ids, so it never meets one a client kept from a reply)."""
+    return f"call_function_{index}"
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -325,24 +382,44 @@ class ChatCompletionRequest(SamplingFields):
     prompt_cache_key: str | None = Field(default=None, max_length=MAX_HINT_CHARS)
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
-    # Function calling: a named function or "required" (structured output, tool_calls.py).
+    # Function calling: a named function or "required" (structured output, tool_calls.py), or "auto".
     tools: list[ToolDef] | None = Field(default=None, max_length=MAX_TOOLS)
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    tool_choice: ToolChoice | None = None
     chat_template_kwargs: TemplateKwargs | None = None  # vLLM's and SGLang's
+    # OpenAI's deprecated function calling: tools of type "function", and a tool_choice without
+    # "required"; declared after `tools` and `tool_choice`, which their validator reads.
+    functions: list[FunctionDef] | None = Field(default=None, max_length=MAX_TOOLS)
+    function_call: Literal["none", "auto"] | ChosenFunction | None = None
     # Not implemented: of OpenAI's types, and accepted at their neutral value only.
-    functions: list[Any] | None = None
-    function_call: str | dict[str, Any] | None = None
     modalities: list[str] | None = None
     audio: dict[str, Any] | None = None
     prediction: dict[str, Any] | None = None
 
-    _check_chat_unsupported = field_validator(
-        "functions",
-        "function_call",
-        "modalities",
-        "audio",
-        "prediction",
-    )(_unsupported)
+    _check_chat_unsupported = field_validator("modalities", "audio", "prediction")(_unsupported)
+
+    @field_validator("functions", "function_call")
+    @classmethod
+    def _legacy_fields_alone(cls, value: Any, info: ValidationInfo) -> Any:
+        """A request calls functions the deprecated way or the newer one, not both; and, as OpenAI
+        answers, function_call needs functions. Checked field by field, so that the error names the
+        deprecated field (a field that failed its own validation is missing from `info.data`, and
+        its own error is the one reported)."""
+        if value is None:
+            return value
+        field = str(info.field_name)
+        for newer in _LEGACY_TOOL_FIELDS.values():
+            if info.data.get(newer) is not None:
+                raise PydanticCustomError(
+                    "invalid_value",
+                    "'{field}' and '{newer}' cannot both be provided. '{field}' is deprecated; use the"
+                    " '{instead}' parameter instead.",
+                    {"field": field, "newer": newer, "instead": _LEGACY_TOOL_FIELDS[field]},
+                )
+        if field == "function_call" and "functions" in info.data and info.data["functions"] is None:
+            raise PydanticCustomError(
+                "invalid_value", "'function_call' is only allowed when 'functions' are specified."
+            )
+        return value
 
     @model_validator(mode="after")
     def _top_logprobs_need_logprobs(self) -> ChatCompletionRequest:
@@ -352,15 +429,18 @@ class ChatCompletionRequest(SamplingFields):
 
     @model_validator(mode="after")
     def _tool_choice_fits_the_tools(self) -> ChatCompletionRequest:
-        names = [t.function.name for t in self.tools or []]
-        choice = self.tool_choice
+        names = [t.function.name for t in self.offered_tools or []]
+        choice = self.chosen_tool
+        tools_field, choice_field = self._tool_fields
         if len(set(names)) < len(names):
-            raise PydanticCustomError("invalid_value", "tool function names must be distinct")
+            raise PydanticCustomError(
+                "invalid_value", "the function names of '{tools}' must be distinct", {"tools": tools_field}
+            )
         if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
             raise PydanticCustomError(
                 "invalid_value",
-                "tool_choice names '{name}', which is not among the tools",
-                {"name": quotable(choice.function.name)},
+                "{choice} names '{name}', which is not among the {tools}",
+                {"choice": choice_field, "name": quotable(choice.function.name), "tools": tools_field},
             )
         if choice == "required" and not names:
             raise PydanticCustomError("invalid_value", "tool_choice 'required' needs tools")
@@ -371,24 +451,49 @@ class ChatCompletionRequest(SamplingFields):
         return self
 
     @property
+    def legacy_functions(self) -> bool:
+        """The tools were given as the deprecated `functions`: their calls go back as OpenAI's
+        legacy `function_call` (function_calls.py)."""
+        return self.functions is not None
+
+    @property
+    def offered_tools(self) -> list[ToolDef] | None:
+        """The tools, given as `tools` or as the deprecated `functions` (each one a function tool)."""
+        if self.functions is None:
+            return self.tools
+        return [ToolDef(type="function", function=function) for function in self.functions]
+
+    @property
+    def chosen_tool(self) -> ToolChoice | None:
+        """`tool_choice`, or the deprecated `function_call` as the tool_choice it stands for."""
+        if isinstance(self.function_call, ChosenFunction):
+            return NamedToolChoice(type="function", function=self.function_call)
+        return self.tool_choice if self.function_call is None else self.function_call
+
+    @property
+    def _tool_fields(self) -> tuple[str, str]:
+        """The request's names for its tools and its choice among them, for errors to use."""
+        return ("functions", "function_call") if self.legacy_functions else ("tools", "tool_choice")
+
+    @property
     def tool_call_mode(self) -> ToolCallMode | None:
         """How a named function or "required" is called; None: no tools, "none" or "auto"."""
-        choice = self.tool_choice
-        if not self.tools or choice in ("none", "auto", None):
+        tools, choice = self.offered_tools, self.chosen_tool
+        if not tools or choice in ("none", "auto", None):
             return None
-        parameters = {t.function.name: t.function.parameters or ANY_OBJECT for t in self.tools}
+        parameters = {t.function.name: t.function.parameters or ANY_OBJECT for t in tools}
         named = choice.function.name if isinstance(choice, NamedToolChoice) else None
         return ToolCallMode(named, parameters)
 
     @property
     def auto_tool_choice(self) -> bool:
         """The model decides whether to call its tools: "auto", the default with tools."""
-        return bool(self.tools) and self.tool_choice in ("auto", None)
+        return bool(self.offered_tools) and self.chosen_tool in ("auto", None)
 
     @property
     def template_tools(self) -> list[dict[str, Any]] | None:
         """The tools for the chat template (none when tool_choice is "none", as vLLM by default)."""
-        return None if self.tool_choice == "none" else template_tools(self.tools)
+        return None if self.chosen_tool == "none" else template_tools(self.offered_tools)
 
     @property
     def constraint(self) -> Constraint | None:

@@ -43,16 +43,21 @@ class GatewayState:
         name = self.config.reasoning_parser
         return REASONING_PARSERS[name]() if name is not None else None
 
-    def auto_tool_calls(self) -> AutoToolCalls:
-        """tool_choice "auto" read with the model's tool-call parser; a 400 when none was configured."""
+    def auto_tool_calls(self, legacy: bool = False) -> AutoToolCalls:
+        """tool_choice "auto" read with the model's tool-call parser; a 400 when none was configured,
+        worded in the fields the request used (`legacy`: the deprecated functions/function_call)."""
         if self.config.tool_call_parser is None:
+            choice, offered, instead = (
+                ("function_call", "functions", "name a function")
+                if legacy
+                else ("tool_choice", "tools", "set tool_choice to 'required' or name a function")
+            )
             raise APIError(
                 400,
-                "tool_choice 'auto' (the default with tools) needs a tool-call parser for the model's own"
-                " format, and this server was started without one (--tool-call-parser); set tool_choice"
-                " to 'required' or name a function",
+                f"{choice} 'auto' (the default with {offered}) needs a tool-call parser for the model's"
+                f" own format, and this server was started without one (--tool-call-parser); {instead}",
                 code="unsupported_parameter",
-                param="tool_choice",
+                param=choice,
             )
         return AutoToolCalls(TOOL_CALL_PARSERS[self.config.tool_call_parser]())
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
+TOOL_CALLS = "tool_calls"  # the finish reason of a reply that stopped by itself with calls it chose
 
 
 @dataclass(frozen=True)
@@ -28,23 +29,32 @@ class ToolCall:
     arguments: str  # JSON text, as OpenAI sends it
 
     def as_message_part(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments},
-        }
+        return {"id": self.id, "type": "function", "function": self.as_function_call()}
+
+    def as_function_call(self) -> dict[str, str]:
+        """The called function, as a tool call holds it and as the deprecated `function_call` is."""
+        return {"name": self.name, "arguments": self.arguments}
 
 
 @dataclass(frozen=True)
 class ToolReply:
-    """A whole choice's message: its text, or the calls it made, and its finish reason."""
+    """A whole choice's message: its text, or the calls it made, and its finish reason; `legacy`:
+    its call goes out as the deprecated `function_call` (function_calls.py), not as `tool_calls`."""
 
     content: str | None
     calls: list[ToolCall]
     finish_reason: str
+    legacy: bool = False
 
     def tool_calls(self) -> list[dict[str, Any]] | None:
+        if self.legacy:
+            return None
         return [call.as_message_part() for call in self.calls] or None
+
+    def function_call(self) -> dict[str, str] | None:
+        if not self.legacy or not self.calls:
+            return None
+        return self.calls[0].as_function_call()
 
 
 class ToolCallDeltas(Protocol):
@@ -116,7 +126,7 @@ class ToolCallMode:
 
 def calls_finish_reason(generation_reason: str, made_calls: bool) -> str:
     """ "tool_calls" when a reply that stopped by itself made calls; else the generation's reason."""
-    return "tool_calls" if made_calls and generation_reason == "stop" else generation_reason
+    return TOOL_CALLS if made_calls and generation_reason == "stop" else generation_reason
 
 
 def new_call_id() -> str:

@@ -2,7 +2,8 @@
 and `--reasoning-parser qwen3` in front of a real verifier (SmolLM2-135M on CPU, random drafts).
 SmolLM2 was trained neither for function calling nor for thinking, and its template does not render
 tools, so earlier turns show it the formats, which it then follows. With tool_choice "auto" its calls
-come back as tool_calls and the text around them as content; its `<think>` text comes back as
+come back as tool_calls and the text around them as content (for the deprecated `functions`, as the
+legacy function_call); its `<think>` text comes back as
 reasoning_content; whole and streamed alike. A reply without either is plain text, and structured
 output holds on the answer after the thinking."""
 
@@ -99,6 +100,31 @@ def test_text_before_a_call_stays_content_and_streams_as_whole(auto_client: open
         call.function.arguments,
     )
     assert [r for r in reasons if r] == ["tool_calls"]
+
+
+def test_a_call_for_functions_comes_back_as_the_legacy_function_call(auto_client: openai.OpenAI) -> None:
+    """OpenAI's deprecated `functions`, whose function_call is "auto" by default: the call the parser
+    reads comes back as the message's function_call, whole and streamed, finish reason "function_call"."""
+    kwargs: dict[str, Any] = {
+        **_kwargs(tools=None),
+        "messages": _asking(),
+        "functions": [WEATHER["function"]],
+    }
+    whole = auto_client.chat.completions.create(**kwargs).choices[0]
+    assert whole.finish_reason == "function_call" and whole.message.tool_calls is None
+    call = whole.message.function_call
+    assert call is not None and call.name == "get_weather"
+    assert json.loads(call.arguments) == {"city": "Paris", "unit": "C"}
+    streamed: list[tuple[str | None, str | None]] = []
+    reasons: list[str | None] = []
+    for chunk in auto_client.chat.completions.create(stream=True, **kwargs):
+        for choice in chunk.choices:
+            assert not choice.delta.tool_calls
+            if choice.delta.function_call is not None:
+                streamed.append((choice.delta.function_call.name, choice.delta.function_call.arguments))
+            reasons.append(choice.finish_reason)
+    assert streamed == [(call.name, call.arguments)]  # one delta: "auto" sends a call whole
+    assert [r for r in reasons if r] == ["function_call"]
 
 
 def test_a_reply_without_calls_is_text(auto_client: openai.OpenAI) -> None:

@@ -2,13 +2,16 @@
 drafts): a named function or "required" is structured output, and the JSON becomes the message's
 tool_calls; "auto" is refused by a gateway without a tool-call parser (test_gateway_auto_tools.py
 starts one with a parser). Whole and streamed, and a conversation that carries the calls and the
-tools' answers back."""
+tools' answers back. OpenAI's deprecated `functions` and `function_call` work the same way, their
+call coming back as the legacy `message.function_call`, and the calls and the functions' results
+(role "function") carried back the same way."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from openai.types.chat import (
@@ -16,8 +19,10 @@ from openai.types.chat import (
     ChatCompletionNamedToolChoiceParam,
     ChatCompletionToolParam,
 )
+from openai.types.chat.chat_completion import Choice
+from openai.types.chat.completion_create_params import Function
 
-from tests.services.gateway_stack import MODEL
+from tests.services.gateway_stack import MODEL, chat_body
 
 pytestmark = pytest.mark.slow
 
@@ -161,3 +166,117 @@ def test_tool_requests_it_cannot_serve_are_400s(
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=4, **fields)
     assert words in caught.value.message
+
+
+# The deprecated function calling: WEATHER's function, given as `functions`.
+WEATHER_FUNCTION: Function = {
+    "name": "get_weather",
+    "description": "The weather in a city",
+    "parameters": WEATHER["function"].get("parameters", {}),
+}
+LEGACY: dict[str, Any] = {
+    "model": MODEL,
+    "messages": ASK,
+    "functions": [WEATHER_FUNCTION],
+    "function_call": {"name": "get_weather"},
+    "max_tokens": 48,
+    "temperature": 0,
+}
+
+
+@pytest.fixture(scope="module")
+def legacy_choice(client: openai.OpenAI) -> Choice:
+    """The whole reply to LEGACY, which the tests below read (one generation for all of them)."""
+    return client.chat.completions.create(**LEGACY).choices[0]
+
+
+def test_a_named_function_call_comes_back_in_the_legacy_shape(legacy_choice: Choice) -> None:
+    choice = legacy_choice
+    assert choice.finish_reason == "stop"  # forced by name, as a forced tool call ends
+    assert choice.message.content is None and choice.message.tool_calls is None
+    call = choice.message.function_call
+    assert call is not None and call.name == "get_weather"
+    _check_weather(call.arguments)
+
+
+def test_a_streamed_function_call_gives_its_name_then_its_arguments(
+    client: openai.OpenAI, legacy_choice: Choice
+) -> None:
+    whole = legacy_choice.message.function_call
+    assert whole is not None
+    names: list[str] = []
+    arguments: list[str] = []
+    reasons: list[str | None] = []
+    for chunk in client.chat.completions.create(stream=True, **LEGACY):
+        for choice in chunk.choices:
+            assert not choice.delta.tool_calls
+            reasons.append(choice.finish_reason)
+            call = choice.delta.function_call
+            if call is not None:
+                assert call.name is None or not arguments  # the name before any arguments
+                names += [call.name] if call.name else []
+                arguments.append(call.arguments or "")
+    assert names == ["get_weather"] and [r for r in reasons if r] == ["stop"]
+    assert "".join(arguments) == whole.arguments
+    _check_weather(whole.arguments)
+
+
+def test_a_conversation_carries_function_calls_and_results_back(
+    client: openai.OpenAI, http: httpx.Client, legacy_choice: Choice
+) -> None:
+    """The SDK's own dump of the reply, then the function's result as a role "function" message: the
+    template sees the tool call and the tool message answering it (SmolLM2's shows the tool's role
+    and content, the same as for a role "tool" message)."""
+    message = legacy_choice.message
+    call = message.function_call
+    assert call is not None
+    result = '{"temperature": 18, "sky": "clear"}'
+    history: list[Any] = [
+        *ASK,
+        message.model_dump(exclude_none=True),
+        {"role": "function", "name": "get_weather", "content": result},
+    ]
+    reply = client.chat.completions.create(
+        **{**LEGACY, "messages": history, "function_call": "none", "max_tokens": 16}
+    )
+    choice = reply.choices[0]
+    assert choice.message.content and choice.message.function_call is None
+    assert choice.finish_reason in ("stop", "length")
+    as_tools = [
+        *ASK,
+        {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": call.model_dump()}]},
+        {"role": "tool", "tool_call_id": "c", "content": result},
+    ]
+    prompts = [http.post("/tokenize", json={"messages": m}).json()["tokens"] for m in (history, as_tools)]
+    assert prompts[0] == prompts[1]
+
+
+@pytest.mark.parametrize(
+    ("fields", "param", "words"),
+    [
+        ({"functions": [WEATHER_FUNCTION], "tools": [WEATHER]}, "functions", "cannot both be provided"),
+        (
+            {"functions": [WEATHER_FUNCTION], "tool_choice": NAMED},
+            "functions",
+            "'functions' and 'tool_choice' cannot both be provided",
+        ),
+        (
+            {"tools": [WEATHER], "tool_choice": NAMED, "function_call": {"name": "get_weather"}},
+            "function_call",
+            "cannot both be provided",
+        ),
+        ({"function_call": "auto"}, "function_call", "only allowed when 'functions' are specified"),
+        ({"functions": [{"name": "bad name"}]}, "functions.0.name", "pattern"),
+        ({"functions": [WEATHER_FUNCTION]}, "function_call", "function_call 'auto'"),  # no parser here
+    ],
+)
+def test_function_requests_it_cannot_serve_are_400s(
+    client: openai.OpenAI, http: httpx.Client, fields: dict[str, Any], param: str, words: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=MODEL, messages=ASK, max_tokens=4, **fields)
+    error = caught.value
+    assert (error.status_code, error.type, error.param) == (400, "invalid_request_error", param)
+    assert words in error.message
+    streamed = http.post("/v1/chat/completions", json=chat_body(stream=True, max_tokens=4, **fields))
+    assert streamed.status_code == 400 and streamed.json()["error"]["param"] == param

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from treespec.gateway.chat_reply import ChatReplies
 from treespec.gateway.disconnect import cancel_on_disconnect
 from treespec.gateway.errors import APIError
+from treespec.gateway.function_calls import FunctionCalls
 from treespec.gateway.generation import Event, TextDelta
 from treespec.gateway.logprob_format import chat_logprobs
 from treespec.gateway.outcome import meta_info
@@ -26,9 +27,10 @@ from treespec.gateway.responses import (
     MetaInfo,
 )
 from treespec.gateway.run import GenerationRun
-from treespec.gateway.schemas import ChatCompletionRequest
+from treespec.gateway.schemas import ChatCompletionRequest, template_messages
 from treespec.gateway.sse import DONE, event_stream, primed, sse_chunk, sse_error
 from treespec.gateway.state import GatewayState, gateway_state
+from treespec.gateway.tool_calls import ToolCalling
 
 router = APIRouter()
 
@@ -40,8 +42,8 @@ async def chat_completions(
     body: ChatCompletionRequest, request: Request, state: Annotated[GatewayState, Depends(gateway_state)]
 ) -> Response:
     state.check_model(body.model)
-    tools = state.auto_tool_calls() if body.auto_tool_choice else body.tool_call_mode
-    messages = [message.template_message() for message in body.messages]
+    tools = _tool_calling(state, body)
+    messages = template_messages(body.messages)
     prompt = await asyncio.to_thread(
         state.tokenizer.chat_prompt, messages, body.template_tools, True, body.chat_template_kwargs
     )
@@ -75,6 +77,16 @@ async def chat_completions(
     return JSONResponse(response.model_dump(mode="json"))
 
 
+def _tool_calling(state: GatewayState, body: ChatCompletionRequest) -> ToolCalling | None:
+    """How the request's tools are called: "auto" with the model's parser, a named function or
+    "required" as structured output, or not at all; for the deprecated `functions`, the same calls
+    go back in the legacy shape."""
+    tools = state.auto_tool_calls(body.legacy_functions) if body.auto_tool_choice else body.tool_call_mode
+    if tools is None or not body.legacy_functions:
+        return tools
+    return FunctionCalls(tools)
+
+
 def _reasoning(
     state: GatewayState, body: ChatCompletionRequest, prompt: list[int]
 ) -> tuple[ReasoningParser | None, str]:
@@ -97,7 +109,10 @@ def _choice(
     """A whole reply: its reasoning, its text, and the tool calls it made."""
     reply = replies.message(text, finish_reason)
     message = ChatMessageOut(
-        content=reply.content, reasoning_content=reply.reasoning, tool_calls=reply.tool_calls
+        content=reply.content,
+        reasoning_content=reply.reasoning,
+        tool_calls=reply.tool_calls,
+        function_call=reply.function_call,
     )
     return ChatChoice(index=index, message=message, logprobs=logprobs, finish_reason=reply.finish_reason)
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from treespec.gateway.errors import APIError
 from treespec.gateway.sampling import check_token_ids
 from treespec.gateway.schema_types import STRICT, TemplateKwargs, TokenId, UnicodeText
-from treespec.gateway.schemas import ChatMessage
+from treespec.gateway.schemas import ChatMessage, template_messages
 from treespec.gateway.state import GatewayState, gateway_state
 from treespec.gateway.tool_schemas import MAX_TOOLS, ToolDef, template_tools
 
@@ -59,7 +59,7 @@ async def tokenize(
         raise APIError(400, "Give either 'prompt' or 'messages'.", code="invalid_value")
     tokenizer = state.tokenizer
     if body.messages is not None:
-        messages = [m.template_message() for m in body.messages]
+        messages = template_messages(body.messages)
         tools = template_tools(body.tools)
         ids = await asyncio.to_thread(
             tokenizer.chat_prompt, messages, tools, body.add_generation_prompt, body.chat_template_kwargs
