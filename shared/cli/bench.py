@@ -35,6 +35,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     _eagle_arguments(eagle)
     eagle.set_defaults(handler=_eagle)
+    standalone = verbs.add_parser(
+        "standalone",
+        help="the engine plain vs with a standalone draft model vs HF assisted generation (CPU, batch 1)",
+    )
+    _standalone_arguments(standalone)
+    standalone.set_defaults(handler=_standalone)
     prefix = verbs.add_parser(
         "prefix", help="a conversation's second turn with prefix caching vs without (CPU, batch 1)"
     )
@@ -103,12 +109,8 @@ def _ngram_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _eagle_arguments(parser: argparse.ArgumentParser) -> None:
     _engine_arguments(parser)
-    parser.add_argument(
-        "--draft-path",
-        "--speculative-draft-model-path",
-        dest="draft_path",
-        metavar="DIR",
-        help="the EAGLE-3 head's folder (default: the head shipped for the bundled SmolLM2-135M-Instruct)",
+    _draft_path_argument(
+        parser, "the EAGLE-3 head's folder (default: the head shipped for the bundled SmolLM2-135M-Instruct)"
     )
     add_budget_arguments(parser)
     add_drafting_arguments(parser)
@@ -118,6 +120,23 @@ def _eagle_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_DRAFT_DEADLINE_S,
         metavar="SECONDS",
         help="the co-located drafter's deadline per draft round (default: %(default)s)",
+    )
+
+
+def _standalone_arguments(parser: argparse.ArgumentParser) -> None:
+    _engine_arguments(parser)
+    _draft_path_argument(parser, "the draft model's folder (a causal LM with the target's tokenizer)", True)
+    add_budget_arguments(parser)
+
+
+def _draft_path_argument(parser: argparse.ArgumentParser, text: str, required: bool = False) -> None:
+    parser.add_argument(
+        "--draft-path",
+        "--speculative-draft-model-path",
+        dest="draft_path",
+        metavar="DIR",
+        required=required,
+        help=text,
     )
 
 
@@ -153,6 +172,12 @@ def _engine(ns: argparse.Namespace) -> int:
 
 def _ngram(ns: argparse.Namespace) -> int:
     from treespec.bench.ngram_bench import run
+
+    return run(ns)
+
+
+def _standalone(ns: argparse.Namespace) -> int:
+    from treespec.bench.standalone_bench import run
 
     return run(ns)
 
