@@ -41,9 +41,7 @@ class StandaloneBenchArgs(runs.BenchArgs):
     @classmethod
     def _fields(cls, ns: argparse.Namespace) -> dict[str, Any]:
         options: dict[str, Any] = {"draft_path": ns.draft_path}
-        config = StandaloneConfig.from_options(options)  # bad options fail here, before a model loads
-        if not (config.path / "config.json").is_file():
-            raise ValueError(f"no draft model in {config.path} (no config.json)")
+        StandaloneConfig.from_options(options).check_path()  # fails here, before a model loads
         budget = resolve_budget(ns, DRAFTER, {})
         spec = SpeculationParams(
             num_steps=budget.num_steps, eagle_topk=budget.eagle_topk, num_draft_tokens=budget.num_draft_tokens

@@ -45,4 +45,4 @@ def check_plugin_options(algorithm: str | None, options: dict[str, Any]) -> None
     elif name == STANDALONE_ALGORITHM:
         from treespec.drafter.standalone.config import StandaloneConfig
 
-        StandaloneConfig.from_options(options)
+        StandaloneConfig.from_options(options).check_path()

@@ -64,6 +64,8 @@ def test_out_of_range_numbers_exit_2_naming_the_flag(
         (["NGRAM", "--speculative-ngram-min-path-prob", "1.5"], "min_path_prob"),
         (["EAGLE3", "--speculative-eagle-min-path-prob", "2"], "min_path_prob"),
         (["EAGLE", "--speculative-eagle-level-cost", "1"], "level_cost"),
+        (["STANDALONE"], "--speculative-draft-model-path"),
+        (["STANDALONE", "--speculative-draft-model-path", "/nowhere"], "no draft model in /nowhere"),
     ],
 )
 def test_bad_drafter_settings_exit_2_before_anything_starts(

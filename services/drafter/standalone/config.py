@@ -58,6 +58,12 @@ class StandaloneConfig:
         assert self.draft_path is not None
         return Path(self.draft_path).expanduser()
 
+    def check_path(self) -> None:
+        """Raise ValueError unless the draft model's folder holds a config.json: a command checks
+        this before it starts anything."""
+        if not (self.path / "config.json").is_file():
+            raise ValueError(f"no draft model in {self.path} (no config.json)")
+
     @property
     def num_blocks(self) -> int:
         return self.kv_tokens // self.page_size

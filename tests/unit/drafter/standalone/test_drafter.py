@@ -196,6 +196,7 @@ def test_a_draft_step_costs_the_draft_models_weights_over_the_targets(
         ({"draft_path": "/x", "dtype": "int8"}, "dtype"),
         ({"draft_path": "/x", "level_cost": 1.0}, "level_cost"),
         ({"draft_path": "/x", "colour": "red"}, "unknown STANDALONE option"),
+        ({"draft_path": "/nowhere"}, r"no draft model in /nowhere \(no config.json\)"),
     ],
 )
 def test_bad_settings_are_refused_before_a_model_loads(options: dict[str, Any], message: str) -> None:
