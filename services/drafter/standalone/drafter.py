@@ -177,6 +177,8 @@ class StandaloneDrafter(Drafter):
         """Levels 2..num_steps (`grow_levels`): one forward per level over every growing tree's
         frontier, each node a one-token sequence (`_node_layout`); each request takes its share."""
         scratch: dict[int, dict[int, int]] = {id(t): {} for t, _ in items}  # node -> scratch position
+        # Each request's flat slots, its cache and the scratch `_search` reserved: read once a step.
+        slots = {id(t): self.cache.slots(r.seq, len(r.seq.blocks) * self.cache.page_size) for t, r in items}
 
         def expand(level: list[tuple[int, list[int]]]) -> tuple[list[list[int]], list[list[float]]]:
             sequences, ids = [], []
@@ -184,7 +186,10 @@ class StandaloneDrafter(Drafter):
                 tree, request = items[i]
                 cost[id(request)] += self.level_cost / len(level)
                 for node in nodes:
-                    sequences.append(self._node_layout(tree, request, node, scratch[id(tree)]))
+                    layout = self._node_layout(
+                        tree, request.seq.length, node, scratch[id(tree)], slots[id(tree)]
+                    )
+                    sequences.append(layout)
                     ids.append(tree.tokens[node])
             logits = self._forward(BatchLayout(sequences), ids, torch.arange(len(ids)))
             k = max(items[i][0].budget.topk for i, _ in level)
@@ -192,20 +197,20 @@ class StandaloneDrafter(Drafter):
 
         grow_levels([t for t, _ in items], self.level_cost, expand)
 
+    @staticmethod
     def _node_layout(
-        self, tree: SearchTree, request: _Request, node: int, scratch: dict[int, int]
+        tree: SearchTree, length: int, node: int, scratch: dict[int, int], slots: torch.Tensor
     ) -> SequenceLayout:
-        """A frontier node as a one-token sequence: it attends to the request's cache and to its
-        ancestors, which earlier levels wrote to scratch positions past the cache; its own K/V goes to
-        the next free scratch position."""
-        length = request.seq.length
+        """A frontier node as a one-token sequence: it attends to the request's cache (`length`
+        positions) and to its ancestors, which earlier levels wrote to scratch positions past the
+        cache; its own K/V goes to the next free scratch position. `slots`: the request's flat slot
+        of each position."""
         path = []
         a = tree.parents[node]
         while a > 0:
             path.append(scratch[a])
             a = tree.parents[a]
         scratch[node] = length + len(scratch)
-        slots = self.cache.slots(request.seq, length + len(scratch))
         kv_slots = torch.cat([slots[:length], slots[[*reversed(path), scratch[node]]]])
         position = torch.tensor([length - 1 + tree.depths[node]])
         return SequenceLayout(length + len(path), kv_slots, position)
