@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, ConfigDict, Field
+from pydantic import AfterValidator, ConfigDict, Field, ValidationInfo
 from pydantic_core import PydanticCustomError
 
 TOKEN_ID_MAX = 2**32 - 1
@@ -67,3 +67,16 @@ def _free_template_kwargs(value: dict[str, Any]) -> dict[str, Any]:
 # vLLM's and SGLang's `chat_template_kwargs`: more variables for the chat template (Qwen3's
 # `enable_thinking`, ...); a template ignores those it does not read.
 TemplateKwargs = Annotated[dict[str, Any], AfterValidator(_free_template_kwargs)]
+
+
+# Values that mean "feature off" for the OpenAI fields treespec does not implement.
+NEUTRAL_VALUES: tuple[Any, ...] = (None, False, 0, "", [], {}, "none", "auto", {"type": "text"}, ["text"])
+
+
+def unsupported(value: Any, info: ValidationInfo) -> Any:
+    """A field validator for OpenAI fields treespec does not implement: only their neutral value."""
+    if value in NEUTRAL_VALUES:  # == comparison: 0.0 and False count as 0
+        return value
+    raise PydanticCustomError(
+        "unsupported_parameter", "'{name}' is not supported by this server", {"name": info.field_name}
+    )

@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
+from treespec.gateway.chat_messages import template_messages
 from treespec.gateway.chat_reply import ChatReplies
 from treespec.gateway.disconnect import cancel_on_disconnect
 from treespec.gateway.errors import APIError
@@ -27,7 +28,7 @@ from treespec.gateway.responses import (
     MetaInfo,
 )
 from treespec.gateway.run import GenerationRun
-from treespec.gateway.schemas import ChatCompletionRequest, template_messages
+from treespec.gateway.schemas import ChatCompletionRequest
 from treespec.gateway.sse import DONE, event_stream, primed, sse_chunk, sse_error
 from treespec.gateway.state import GatewayState, gateway_state
 from treespec.gateway.tool_calls import ToolCalling

@@ -9,10 +9,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
+from treespec.gateway.chat_messages import ChatMessage, template_messages
 from treespec.gateway.errors import APIError
 from treespec.gateway.sampling import check_token_ids
 from treespec.gateway.schema_types import STRICT, TemplateKwargs, TokenId, UnicodeText
-from treespec.gateway.schemas import ChatMessage, template_messages
 from treespec.gateway.state import GatewayState, gateway_state
 from treespec.gateway.tool_schemas import MAX_TOOLS, ToolDef, template_tools
 

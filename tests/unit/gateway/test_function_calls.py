@@ -17,11 +17,12 @@ import pytest
 
 from tests.unit.gateway.text_pieces import random_pieces
 from treespec.gateway.auto_tool_calls import AutoToolCalls
+from treespec.gateway.chat_messages import template_messages
 from treespec.gateway.chat_reply import ChatReplies
 from treespec.gateway.function_calls import FunctionCalls
 from treespec.gateway.reasoning_parsers.base import Part, ReasoningParser, ReasoningReader
 from treespec.gateway.reasoning_parsers.think import Qwen3Parser
-from treespec.gateway.schemas import ChatCompletionRequest, template_messages
+from treespec.gateway.schemas import ChatCompletionRequest
 from treespec.gateway.tokenizer import PromptTokenizer
 from treespec.gateway.tool_calls import ToolCalling, ToolCallMode
 from treespec.gateway.tool_parsers.hermes import HermesParser
