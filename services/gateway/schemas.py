@@ -9,7 +9,8 @@ their calls back in the legacy shape).
 Structured output: OpenAI's `response_format` (json_object, json_schema) and vLLM's guided_json,
 guided_regex, guided_choice and guided_grammar, one at a time. Extensions after
 vLLM and SGLang: top_k, min_p, repetition_penalty, min_tokens, ignore_eos, stop_token_ids,
-include_stop_str_in_output, skip_special_tokens, and a per-request `speculation` object. A null
+include_stop_str_in_output, skip_special_tokens, and a per-request `speculation` object; OpenAI's
+`reasoning_effort` is a chat template variable. A null
 stands for the field's default, as in OpenAI; text with a lone surrogate (valid JSON, not valid
 Unicode) is refused.
 """
@@ -58,6 +59,7 @@ DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
 StopList = Annotated[list[UnicodeText], Field(max_length=MAX_STOP_STRINGS)]
 ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]  # OpenAI's values
 
 # OpenAI's deprecated function-calling fields, and the newer ones each stands for.
 _LEGACY_TOOL_FIELDS = {"functions": "tools", "function_call": "tool_choice"}
@@ -253,6 +255,9 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[ToolDef] | None = Field(default=None, max_length=MAX_TOOLS)
     tool_choice: ToolChoice | None = None
     chat_template_kwargs: TemplateKwargs | None = None  # vLLM's and SGLang's
+    # OpenAI's effort for reasoning models: the chat template's variable `reasoning_effort` (gpt-oss's
+    # template reads it; a template that does not ignores it).
+    reasoning_effort: ReasoningEffort | None = None
     # OpenAI's deprecated function calling: tools of type "function", and a tool_choice without
     # "required"; declared after `tools` and `tool_choice`, which their validator reads.
     functions: list[FunctionDef] | None = Field(default=None, max_length=MAX_TOOLS)
@@ -287,6 +292,23 @@ class ChatCompletionRequest(SamplingFields):
                 "invalid_value", "'function_call' is only allowed when 'functions' are specified."
             )
         return value
+
+    @model_validator(mode="after")
+    def _one_reasoning_effort(self) -> ChatCompletionRequest:
+        given = (self.chat_template_kwargs or {}).get("reasoning_effort", self.reasoning_effort)
+        if self.reasoning_effort is not None and given != self.reasoning_effort:
+            raise PydanticCustomError(
+                "invalid_value",
+                "'reasoning_effort' and chat_template_kwargs['reasoning_effort'] differ; give one of them",
+            )
+        return self
+
+    @property
+    def template_kwargs(self) -> dict[str, Any] | None:
+        """More variables for the chat template: `chat_template_kwargs` and `reasoning_effort`."""
+        if self.reasoning_effort is None:
+            return self.chat_template_kwargs
+        return {**(self.chat_template_kwargs or {}), "reasoning_effort": self.reasoning_effort}
 
     @model_validator(mode="after")
     def _top_logprobs_need_logprobs(self) -> ChatCompletionRequest:

@@ -70,6 +70,22 @@ def test_chat_non_streaming(client: openai.OpenAI, tokenizer: PromptTokenizer) -
     assert meta["spec_accept_length"] >= 1.0
 
 
+def test_reasoning_effort_is_a_template_variable(client: openai.OpenAI) -> None:
+    """The SDK's `reasoning_effort` reaches the chat template; SmolLM2's reads no such variable, so the
+    prompt and the greedy reply are those without it; a value OpenAI does not know is a 400."""
+    plain = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=6, temperature=0)
+    low = client.chat.completions.create(
+        model=MODEL, messages=HI, max_tokens=6, temperature=0, reasoning_effort="low"
+    )
+    assert low.choices[0].message.content == plain.choices[0].message.content
+    assert low.usage == plain.usage
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model=MODEL, messages=HI, max_tokens=6, extra_body={"reasoning_effort": "extreme"}
+        )
+    assert caught.value.param == "reasoning_effort"
+
+
 def test_chat_streaming_matches_non_streaming(client: openai.OpenAI) -> None:
     whole = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=10, temperature=0)
     stream = client.chat.completions.create(

@@ -314,6 +314,25 @@ def test_null_means_the_default() -> None:
     assert completion.n == 1
 
 
+def test_reasoning_effort_reaches_the_template_as_a_variable() -> None:
+    assert _chat().template_kwargs is None
+    thinking = {"enable_thinking": False}
+    assert _chat(chat_template_kwargs=thinking).template_kwargs == thinking
+    effort = _chat(reasoning_effort="low", chat_template_kwargs={"enable_thinking": False})
+    assert effort.template_kwargs == {"enable_thinking": False, "reasoning_effort": "low"}
+    assert _chat(reasoning_effort="high").template_kwargs == {"reasoning_effort": "high"}
+    same = {"reasoning_effort": "high", "chat_template_kwargs": {"reasoning_effort": "high"}}
+    assert _chat(**same).template_kwargs == {"reasoning_effort": "high"}
+    # chat_template_kwargs alone may set it as any other template variable
+    own = {"reasoning_effort": "max"}
+    assert _chat(chat_template_kwargs=own).template_kwargs == own
+    body = {"model": "m", "messages": MESSAGES}
+    for fields in ({"reasoning_effort": "extreme"}, {"reasoning_effort": 2}):
+        assert _refusal(ChatCompletionRequest, {**body, **fields}) == ("invalid_value", "reasoning_effort")
+    differ = {"reasoning_effort": "low", "chat_template_kwargs": {"reasoning_effort": "high"}}
+    assert _refusal(ChatCompletionRequest, {**body, **differ})[0] == "invalid_value"
+
+
 def test_chat_template_kwargs_are_accepted_but_not_the_template_s_own_arguments() -> None:
     assert _chat(chat_template_kwargs={"enable_thinking": False}).chat_template_kwargs == {
         "enable_thinking": False

@@ -10,11 +10,15 @@ from pathlib import Path
 import pytest
 
 from treespec.gateway.reasoning_parsers.think import Qwen3Parser
+from treespec.gateway.schemas import ChatCompletionRequest
 from treespec.gateway.tokenizer import PromptTokenizer
 from treespec.shared.model.store import models_dir, resolve_model_path
 
-# Qwen3's way with thinking, on SmolLM2's ChatML tokens.
+# Qwen3's way with thinking, and gpt-oss's reasoning effort, on SmolLM2's ChatML tokens.
 THINKING_TEMPLATE = (
+    "{% if reasoning_effort is defined %}"
+    "<|im_start|>system\nReasoning: {{ reasoning_effort }}<|im_end|>\n"
+    "{% endif %}"
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n"
     "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}"
@@ -42,3 +46,15 @@ def test_template_kwargs_reach_the_template(thinking_tokenizer: PromptTokenizer)
     # So a constrained request's grammar holds from the first token when the thinking is off.
     assert Qwen3Parser().grammar_starts_after(thinking) == "</think>"
     assert Qwen3Parser().grammar_starts_after(answering) is None
+
+
+def test_reasoning_effort_reaches_the_template(thinking_tokenizer: PromptTokenizer) -> None:
+    """OpenAI's `reasoning_effort` is the template variable of that name, as gpt-oss's template reads it."""
+    messages = [{"role": "user", "content": "What is 2 + 2?"}]
+    fields = {"model": "m", "messages": messages, "reasoning_effort": "low"}
+    body = ChatCompletionRequest.model_validate(fields)
+    ids = thinking_tokenizer.chat_prompt(messages, template_kwargs=body.template_kwargs)
+    prompt = thinking_tokenizer.decode(ids, skip_special_tokens=False)
+    assert prompt.startswith("<|im_start|>system\nReasoning: low<|im_end|>\n<|im_start|>user\n")
+    plain = thinking_tokenizer.decode(thinking_tokenizer.chat_prompt(messages), skip_special_tokens=False)
+    assert "Reasoning" not in plain
