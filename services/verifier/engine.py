@@ -23,6 +23,7 @@ from treespec.shared.model.attention.torch_backend import TorchAttentionBackend
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.kv_cache import BlockAllocator, KVCache
 from treespec.shared.model.loader import LoadOptions, load_model
+from treespec.shared.model.prefix_cache import PrefixCache
 from treespec.verifier.commit_stage import CommitStage, StopRules
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.draft_stage import DraftStage
@@ -33,7 +34,6 @@ from treespec.verifier.grammar.compiler import GrammarCompiler
 from treespec.verifier.grammar.constraint import OutputConstraint
 from treespec.verifier.grammar.matcher import GrammarState
 from treespec.verifier.grammar.reasoning_gate import ReasoningGate
-from treespec.verifier.prefix_cache import PrefixCache
 from treespec.verifier.request import (
     FinishReason,
     GenerationRequest,

@@ -6,7 +6,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from treespec.shared.model.kv_cache import BlockAllocator, OutOfBlocksError
-from treespec.verifier.prefix_cache import PrefixCache
+from treespec.shared.model.prefix_cache import PrefixCache
 from treespec.verifier.state import Phase, RequestState
 
 

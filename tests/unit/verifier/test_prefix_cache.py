@@ -11,9 +11,9 @@ from tests.services.recording_drafter import RecordingDrafter
 from treespec.drafter.random_tree.drafter import RandomTreeDrafter
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.kv_cache import BlockAllocator
+from treespec.shared.model.prefix_cache import PrefixCache
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine
-from treespec.verifier.prefix_cache import PrefixCache
 from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
 
 VOCAB = 97

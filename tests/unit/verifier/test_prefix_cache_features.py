@@ -19,10 +19,10 @@ from treespec.shared.drafting.features import FeatureRing, FeatureSpec
 from treespec.shared.drafting.target_access import LocalTargetAccess
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.kv_cache import BlockAllocator
+from treespec.shared.model.prefix_cache import PrefixCache
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine
 from treespec.verifier.feature_cache import FeatureCache
-from treespec.verifier.prefix_cache import PrefixCache
 from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
 from treespec.verifier.scheduler import Scheduler
 from treespec.verifier.state import RequestState
