@@ -5,9 +5,10 @@ question (as a chat client resends the whole conversation). Two engines over the
 caching prefixes and one computing every prompt, each answer turn 1 (not timed), then turn 2 (timed:
 time to the first token, and to the last): the cached engine finds turn 1's blocks. Batch size 1,
 temperature 0; plain decoding, or both engines speculating with their own drafter of one kind
-(`--speculative-algorithm NGRAM|EAGLE3`: with EAGLE3 the cached engine hands the head the cached
-prefix's features, and the acceptance lengths show whether its drafts lost anything); turn 2's
-outputs must agree (near-tie rule).
+(`--speculative-algorithm NGRAM|EAGLE3|STANDALONE`: with EAGLE3 the cached engine hands the head the
+cached prefix's features, and the acceptance lengths show whether its drafts lost anything; with
+STANDALONE, `--draft-path DIR`, the cached engine's draft model caches its own prefixes too); turn
+2's outputs must agree (near-tie rule).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from treespec.bench import runs
 from treespec.bench.greedy_match import hf_next_logits
 from treespec.bench.prompts import BenchPrompt, load_prompts
 from treespec.bench.report import format_table
+from treespec.drafter.standalone.config import StandaloneConfig
 from treespec.shared.drafting.drafter import Drafter, DrafterContext
 from treespec.shared.drafting.registry import create_drafter
 from treespec.shared.drafting.target_access import LocalTargetAccess
@@ -35,6 +37,7 @@ from treespec.verifier.request import GenerationRequest, SamplingParams, Specula
 from treespec.verifier.stats import SpecStats
 
 FOLLOW_UP = "Thank you. Now say the same again in one sentence."
+STANDALONE = "STANDALONE"
 METHODS = ("uncached", "cached")
 
 
@@ -43,10 +46,18 @@ class PrefixBenchArgs(runs.BenchArgs):
     """The common bench arguments, --threads and the drafter both engines speculate with."""
 
     algorithm: str = "NONE"
+    draft_path: str | None = None  # STANDALONE's draft model
 
     @classmethod
     def _fields(cls, ns: argparse.Namespace) -> dict[str, Any]:
-        return {**super()._fields(ns), "algorithm": ns.speculative_algorithm.upper()}
+        algorithm = ns.speculative_algorithm.upper()
+        draft_path = None
+        if algorithm == STANDALONE:
+            draft_path = ns.draft_path
+            StandaloneConfig.from_options({"draft_path": draft_path}).check_path()  # before a model loads
+        elif ns.draft_path is not None:
+            raise ValueError("--draft-path is for --speculative-algorithm STANDALONE")
+        return {**super()._fields(ns), "algorithm": algorithm, "draft_path": draft_path}
 
     @property
     def speculates(self) -> bool:
@@ -102,7 +113,9 @@ def bench_prefix(args: PrefixBenchArgs) -> dict[str, Any]:
     model = load_model(args.model)
     tokenizer = transformers.AutoTokenizer.from_pretrained(args.model)
     hf = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
-    engines = {m: Engine(_config(args, m == "cached"), _drafter(args, model), model) for m in METHODS}
+    engines = {
+        m: Engine(_config(args, m == "cached"), _drafter(args, model, m == "cached"), model) for m in METHODS
+    }
     greedy = runs.GreedyCheck(hf_next_logits(hf))
     tallies: dict[str, dict[str, _Tally]] = {m: {} for m in METHODS}
     n = args.max_new_tokens
@@ -136,11 +149,15 @@ def _config(args: PrefixBenchArgs, caching: bool) -> EngineConfig:
     )
 
 
-def _drafter(args: PrefixBenchArgs, model: CausalLM) -> Drafter | None:
-    """Each engine's own drafter (in process, reading the target where it needs to), or none."""
+def _drafter(args: PrefixBenchArgs, model: CausalLM, caching: bool) -> Drafter | None:
+    """Each engine's own drafter (in process, reading the target where it needs to), or none; a draft
+    model caches prefixes where its engine does."""
     if not args.speculates:
         return None
-    context = DrafterContext(model.config.vocab_size, args.model, {}, LocalTargetAccess(model))
+    options: dict[str, Any] = {}
+    if args.algorithm == STANDALONE:
+        options = {"draft_path": args.draft_path, "prefix_caching": caching}
+    context = DrafterContext(model.config.vocab_size, args.model, options, LocalTargetAccess(model))
     return create_drafter(args.algorithm.lower(), context)
 
 
@@ -206,7 +223,13 @@ def _payload(
             }
             for c in sorted(tallies["cached"])
         },
-        "setup": runs.setup(args, len(prompts), follow_up=FOLLOW_UP, speculative_algorithm=args.algorithm),
+        "setup": runs.setup(
+            args,
+            len(prompts),
+            follow_up=FOLLOW_UP,
+            speculative_algorithm=args.algorithm,
+            draft_path=args.draft_path,
+        ),
     }
 
 

@@ -49,8 +49,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--speculative-algorithm",
         default="NONE",
         type=str.upper,
-        choices=("NONE", "NGRAM", "EAGLE3"),
+        choices=("NONE", "NGRAM", "EAGLE3", "STANDALONE"),
         help="the drafter both engines speculate with, each its own (default: NONE, plain decoding)",
+    )
+    _draft_path_argument(
+        prefix, "the draft model's folder, for STANDALONE (whose own prefix cache goes with the engine's)"
     )
     add_cost_arguments(prefix)
     prefix.set_defaults(handler=_prefix)

@@ -40,4 +40,7 @@ def standalone_options(ns: argparse.Namespace) -> dict[str, Any]:
         "standalone_kv_tokens": "kv_tokens",
         "standalone_dtype": "dtype",
     }
-    return {o: getattr(ns, flag) for flag, o in names.items() if getattr(ns, flag, None) is not None}
+    options = {o: getattr(ns, flag) for flag, o in names.items() if getattr(ns, flag, None) is not None}
+    if getattr(ns, "disable_prefix_caching", False):  # the draft model's prefix cache goes with the target's
+        options["prefix_caching"] = False
+    return options

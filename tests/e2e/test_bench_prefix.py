@@ -1,5 +1,6 @@
 """`treespec bench prefix` end to end on SmolLM2 with two prompts of its own: the table, the JSON keys,
-turn 2 found cached, and the same output with and without the cache; plain, and with EAGLE3 drafting."""
+turn 2 found cached, and the same output with and without the cache; plain, and with EAGLE3 and
+STANDALONE drafting (SmolLM2 drafting for itself, its draft K/V cached with the target's)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ PROMPTS = [
 ]
 
 
-@pytest.mark.parametrize("algorithm", ["NONE", "EAGLE3"])
+@pytest.mark.parametrize("algorithm", ["NONE", "EAGLE3", "STANDALONE"])
 def test_bench_prefix_writes_its_figures(
     smollm_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], algorithm: str
 ) -> None:
@@ -26,6 +27,8 @@ def test_bench_prefix_writes_its_figures(
     out = tmp_path / "prefix.json"
     argv = ["bench", "prefix", "--model", str(smollm_path), "--prompts", str(prompts)]
     argv += ["--speculative-algorithm", algorithm, "--max-new-tokens", "12", "--threads", "2"]
+    if algorithm == "STANDALONE":
+        argv += ["--draft-path", str(smollm_path)]
     assert main([*argv, "--json", str(out)]) == 0
     figures = json.loads(out.read_text())
     assert set(figures["per_category"]) == {"qa", "writing"}

@@ -32,6 +32,9 @@ class StandaloneConfig:
     # probability. None: the draft model's weights per step over the target's; 0: every level.
     min_path_prob: float = 0.0
     level_cost: float | None = None
+    # Keep the draft K/V of prompt prefixes for later requests (the verifier's prefix caching, which
+    # --disable-prefix-caching turns off for both).
+    prefix_caching: bool = True
 
     def __post_init__(self) -> None:
         if not self.draft_path:

@@ -6,7 +6,8 @@ the same forward pass as the target (shared/model/causal_lm.py) over a paged KV 
 
 1. Catch-up: one forward over every request's tokens not yet in its draft cache (the prompt, in
    chunks of `prefill_chunk`, then whatever the verifier committed); the last row gives the root's
-   children.
+   children. A prompt prefix the draft model read for an earlier request (the turns of a
+   conversation, a system prompt) is found in its prefix cache and not read again.
 2. Growth: EAGLE-2's dynamic tree (shared/drafting/tree_search.py): each level expands the `topk`
    best frontier nodes of every request in one forward, each node attending to the request's cache
    and its own ancestors' scratch K/V, while the nodes are likely enough to pay for a draft step
@@ -47,7 +48,7 @@ class _Request:
     `logprobs`: the draft model's next-token distribution after all of them (None while behind)."""
 
     tokens: list[int]
-    seq: DraftSequence = field(default_factory=DraftSequence)
+    seq: DraftSequence
     logprobs: torch.Tensor | None = None
     pacing: DraftPacing = field(default_factory=DraftPacing)
 
@@ -62,7 +63,14 @@ class StandaloneDrafter(Drafter):
         self.config = config
         self.vocab_size = min(vocab_size, model.config.vocab_size)  # ids both models have
         self.level_cost = level_cost
-        self.cache = DraftCache(model.config, config.num_blocks, config.page_size, model.dtype, model.device)
+        self.cache = DraftCache(
+            model.config,
+            config.num_blocks,
+            config.page_size,
+            model.dtype,
+            model.device,
+            prefix_caching=config.prefix_caching,
+        )
         self.backend = TorchAttentionBackend(model.config.sliding_window)
         self._requests: dict[str, _Request] = {}
         self._generator = torch.Generator().manual_seed(config.seed) if config.draft_probs else None
@@ -92,7 +100,7 @@ class StandaloneDrafter(Drafter):
         cache_salt: str = "",
     ) -> None:
         self.close(request_id)  # a reopen starts afresh
-        self._requests[request_id] = _Request(list(prompt))
+        self._requests[request_id] = _Request(list(prompt), self.cache.start(prompt, cache_salt))
 
     def commit(self, request_id: str, tokens: Sequence[int], features: FeatureSlots | None = None) -> None:
         request = self._requests.get(request_id)
@@ -167,6 +175,7 @@ class StandaloneDrafter(Drafter):
         logits = self._forward(BatchLayout(sequences), ids, last_rows)
         for (request, n), row in zip(work, logits, strict=True):
             request.seq.length += n
+            self.cache.cache_prefix(request.seq, request.tokens)
             if request.behind == 0:
                 request.logprobs = row[: self.vocab_size].float().log_softmax(-1).cpu()
 
