@@ -10,7 +10,8 @@ Structured output: OpenAI's `response_format` (json_object, json_schema) and vLL
 guided_regex, guided_choice and guided_grammar, one at a time. Extensions after
 vLLM and SGLang: top_k, min_p, repetition_penalty, min_tokens, ignore_eos, stop_token_ids,
 include_stop_str_in_output, skip_special_tokens, and a per-request `speculation` object; OpenAI's
-`reasoning_effort` is a chat template variable. A null
+`reasoning_effort` is a chat template variable; vLLM's add_generation_prompt and
+continue_final_message say how the prompt ends (prompt_ending.py). A null
 stands for the field's default, as in OpenAI; text with a lone surrogate (valid JSON, not valid
 Unicode) is refused.
 """
@@ -30,6 +31,7 @@ from pydantic_core import PydanticCustomError
 
 from treespec.gateway.chat_messages import ChatMessage
 from treespec.gateway.errors import quotable
+from treespec.gateway.prompt_ending import PromptEndingFields
 from treespec.gateway.schema_types import STRICT, TemplateKwargs, TokenId, UnicodeText, unsupported
 from treespec.gateway.tool_calls import ANY_OBJECT, ToolCallMode
 from treespec.gateway.tool_schemas import (
@@ -238,7 +240,7 @@ class SamplingFields(BaseModel):
         return self.stream_options is not None and self.stream_options.include_usage
 
 
-class ChatCompletionRequest(SamplingFields):
+class ChatCompletionRequest(SamplingFields, PromptEndingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
     # Accepted and ignored (hints for OpenAI's own service: storage, tiers, abuse detection, routing

@@ -30,9 +30,11 @@ class PromptTokenizer:
         tools: list[dict[str, Any]] | None = None,
         add_generation_prompt: bool = True,
         template_kwargs: dict[str, Any] | None = None,
+        continue_final_message: bool = False,
     ) -> list[int]:
         """The chat template applied to `messages` (and `tools`, for a template that renders them),
-        ending with the assistant's turn opened (unless not `add_generation_prompt`);
+        ending with the assistant's turn opened (unless not `add_generation_prompt`), or inside the
+        final message, left open for the model to continue (`continue_final_message`);
         `template_kwargs`: more variables for the template (`chat_template_kwargs`)."""
         template_tools: list[Any] | None = tools
         try:
@@ -40,6 +42,7 @@ class PromptTokenizer:
                 messages,
                 tools=template_tools,
                 add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final_message,
                 tokenize=False,
                 **(template_kwargs or {}),
             )

@@ -86,6 +86,35 @@ def test_reasoning_effort_is_a_template_variable(client: openai.OpenAI) -> None:
     assert caught.value.param == "reasoning_effort"
 
 
+def test_continue_final_message_continues_the_assistant_s_reply(
+    client: openai.OpenAI, http: httpx.Client
+) -> None:
+    """vLLM's `continue_final_message`: the prompt ends inside the assistant's begun reply, and the
+    reply holds only what the model wrote after it: the completion of those very prompt tokens."""
+    begun: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": "Count from one to ten."},
+        {"role": "assistant", "content": "1, 2, 3, 4,"},
+    ]
+    ids = http.post("/tokenize", json={"messages": begun, "continue_final_message": True}).json()["tokens"]
+    reply = client.chat.completions.create(
+        model=MODEL, messages=begun, max_tokens=6, temperature=0, extra_body={"continue_final_message": True}
+    )
+    completion = client.completions.create(model=MODEL, prompt=ids, max_tokens=6, temperature=0)
+    assert reply.choices[0].message.content == completion.choices[0].text != ""
+    assert reply.usage is not None and reply.usage.prompt_tokens == len(ids)
+    opened = http.post("/tokenize", json={"messages": begun}).json()["tokens"]
+    # By default the reply is closed and a new turn opened after the same tokens.
+    assert opened[: len(ids)] == ids and len(opened) > len(ids)
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model=MODEL,
+            messages=begun,
+            max_tokens=2,
+            extra_body={"continue_final_message": True, "add_generation_prompt": True},
+        )
+    assert "continue_final_message" in caught.value.message
+
+
 def test_chat_streaming_matches_non_streaming(client: openai.OpenAI) -> None:
     whole = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=10, temperature=0)
     stream = client.chat.completions.create(

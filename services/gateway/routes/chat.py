@@ -46,7 +46,12 @@ async def chat_completions(
     tools = _tool_calling(state, body)
     messages = template_messages(body.messages)
     prompt = await asyncio.to_thread(
-        state.tokenizer.chat_prompt, messages, body.template_tools, True, body.template_kwargs
+        state.tokenizer.chat_prompt,
+        messages,
+        body.template_tools,
+        body.opens_turn,
+        body.template_kwargs,
+        body.continue_final_message,
     )
     reasoning, grammar_after = _reasoning(state, body, prompt)
     replies = ChatReplies(reasoning, tools)

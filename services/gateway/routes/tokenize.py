@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 
 from treespec.gateway.chat_messages import ChatMessage, template_messages
 from treespec.gateway.errors import APIError
+from treespec.gateway.prompt_ending import PromptEndingFields
 from treespec.gateway.sampling import check_token_ids
 from treespec.gateway.schema_types import STRICT, TemplateKwargs, TokenId, UnicodeText
 from treespec.gateway.state import GatewayState, gateway_state
@@ -19,7 +20,7 @@ from treespec.gateway.tool_schemas import MAX_TOOLS, ToolDef, template_tools
 router = APIRouter()
 
 
-class TokenizeRequest(BaseModel):
+class TokenizeRequest(PromptEndingFields):
     """Either a `prompt` (text, as /v1/completions takes it) or chat `messages` (as /v1/chat/completions
     renders them)."""
 
@@ -28,7 +29,6 @@ class TokenizeRequest(BaseModel):
     prompt: UnicodeText | None = None
     add_special_tokens: bool = True
     messages: list[ChatMessage] | None = Field(default=None, min_length=1)
-    add_generation_prompt: bool = True
     tools: list[ToolDef] | None = Field(default=None, max_length=MAX_TOOLS)
     chat_template_kwargs: TemplateKwargs | None = None
 
@@ -62,7 +62,12 @@ async def tokenize(
         messages = template_messages(body.messages)
         tools = template_tools(body.tools)
         ids = await asyncio.to_thread(
-            tokenizer.chat_prompt, messages, tools, body.add_generation_prompt, body.chat_template_kwargs
+            tokenizer.chat_prompt,
+            messages,
+            tools,
+            body.opens_turn,
+            body.chat_template_kwargs,
+            body.continue_final_message,
         )
     else:
         assert body.prompt is not None

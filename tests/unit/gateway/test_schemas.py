@@ -314,6 +314,16 @@ def test_null_means_the_default() -> None:
     assert completion.n == 1
 
 
+def test_the_prompt_opens_the_assistant_s_turn_unless_the_final_message_is_continued() -> None:
+    assert _chat().opens_turn and not _chat().continue_final_message
+    assert not _chat(add_generation_prompt=False).opens_turn
+    assert not _chat(continue_final_message=True).opens_turn
+    assert not _chat(continue_final_message=True, add_generation_prompt=False).opens_turn
+    assert _chat(continue_final_message=False, add_generation_prompt=None).opens_turn
+    both = {"model": "m", "messages": MESSAGES, "continue_final_message": True, "add_generation_prompt": True}
+    assert _refusal(ChatCompletionRequest, both)[0] == "invalid_value"
+
+
 def test_reasoning_effort_reaches_the_template_as_a_variable() -> None:
     assert _chat().template_kwargs is None
     thinking = {"enable_thinking": False}

@@ -58,3 +58,13 @@ def test_reasoning_effort_reaches_the_template(thinking_tokenizer: PromptTokeniz
     assert prompt.startswith("<|im_start|>system\nReasoning: low<|im_end|>\n<|im_start|>user\n")
     plain = thinking_tokenizer.decode(thinking_tokenizer.chat_prompt(messages), skip_special_tokens=False)
     assert "Reasoning" not in plain
+
+
+def test_continue_final_message_leaves_the_reply_open(thinking_tokenizer: PromptTokenizer) -> None:
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "The answer is"}]
+    ids = thinking_tokenizer.chat_prompt(messages, add_generation_prompt=False, continue_final_message=True)
+    assert thinking_tokenizer.decode(ids, skip_special_tokens=False).endswith(
+        "<|im_start|>assistant\nThe answer is"
+    )
+    closed = thinking_tokenizer.decode(thinking_tokenizer.chat_prompt(messages), skip_special_tokens=False)
+    assert closed.endswith("The answer is<|im_end|>\n<|im_start|>assistant\n")
