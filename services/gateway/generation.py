@@ -63,6 +63,7 @@ class TextDelta:
     text: str
     logprobs: tuple[TokenLogprob, ...] = ()  # the tokens this text completes, when asked for
     offset: int = 0  # where `text` starts in the choice's whole text
+    completion_tokens: int = 0  # the choice's output tokens so far, this text's included
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ async def run_choice(
     def delta(text: str, entries: tuple[TokenLogprob, ...]) -> TextDelta:
         nonlocal sent
         sent += len(text)
-        return TextDelta(job.index, text, entries, sent - len(text))
+        return TextDelta(job.index, text, entries, sent - len(text), count)
 
     async with aclosing(client.generate(job.request, trace_context)) as chunks:
         async for chunk in chunks:

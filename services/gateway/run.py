@@ -7,13 +7,16 @@ import uuid
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
+from typing import Any
 
 from treespec.gateway.fanout import merge
-from treespec.gateway.generation import ChoiceJob, Event, run_choice
+from treespec.gateway.generation import ChoiceEnd, ChoiceJob, Event, run_choice
 from treespec.gateway.observation import Observation
 from treespec.gateway.outcome import Outcome
+from treespec.gateway.responses import MetaInfo, Usage
 from treespec.gateway.sampling import check_prompt, choice_jobs
 from treespec.gateway.schemas import SamplingFields
+from treespec.gateway.sse import StreamUsage
 from treespec.gateway.state import GatewayState
 
 
@@ -57,6 +60,27 @@ class GenerationRun:
         context = self.observation.trace_context
         sources = [run_choice(self.state.verifier, tokenizer, job, context) for job in self.jobs]
         return self.observation.observe(merge(sources), self.outcome)
+
+    def chunk_fields(
+        self, index: int, event: Event | None, meta: MetaInfo | None, usage: StreamUsage
+    ) -> dict[str, Any]:
+        """What a streamed chunk of choice `index` carries beside the choice: the response's id, time
+        and model, the figures at its end, and its usage so far when the stream reports it."""
+        return {
+            "id": self.id,
+            "created": self.created,
+            "model": self.model,
+            "meta_info": meta,
+            "usage": self.choice_usage(index, event) if usage.continuous else None,
+        }
+
+    def choice_usage(self, index: int, event: Event | None = None) -> Usage:
+        """Choice `index`'s usage so far (vLLM's continuous usage stats): its prompt's tokens and the
+        output tokens it has received, at `event` (None: before any)."""
+        prompt = len(self.jobs[index].request.prompt_token_ids)  # jobs are in index order
+        if isinstance(event, ChoiceEnd):
+            return Usage.of(prompt, event.completion_tokens, event.cached_tokens)
+        return Usage.of(prompt, event.completion_tokens if event is not None else 0)
 
     async def collect(self) -> Outcome:
         """Run to the end (non-streaming responses)."""

@@ -77,8 +77,12 @@ def _null_is_default(cls: type[BaseModel], value: Any, info: ValidationInfo) -> 
 class StreamOptions(BaseModel):
     model_config = STRICT
     include_usage: bool = False
+    # vLLM's: with include_usage, every chunk carries its choice's usage so far too.
+    continuous_usage_stats: bool = False
 
-    _defaults_for_null = field_validator("include_usage", mode="before")(_null_is_default)
+    _defaults_for_null = field_validator("include_usage", "continuous_usage_stats", mode="before")(
+        _null_is_default
+    )
 
 
 class SpeculationOptions(BaseModel):
@@ -238,6 +242,15 @@ class SamplingFields(BaseModel):
     @property
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
+
+    @property
+    def continuous_usage(self) -> bool:
+        """Every streamed chunk carries its choice's usage so far (vLLM's continuous_usage_stats)."""
+        return (
+            self.include_usage
+            and self.stream_options is not None
+            and self.stream_options.continuous_usage_stats
+        )
 
 
 class ChatCompletionRequest(SamplingFields, PromptEndingFields):

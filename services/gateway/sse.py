@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
 from typing import TypeVar
 
 from fastapi.sse import EventSourceResponse, format_sse_event
@@ -17,6 +18,15 @@ DONE = format_sse_event(data_str="[DONE]")
 
 # Proxies must pass each event on at once (nginx buffers unless told not to).
 _HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+@dataclass(frozen=True)
+class StreamUsage:
+    """Where a stream reports token usage: in a last chunk of its own (`stream_options.include_usage`),
+    and in every chunk, its choice's so far (vLLM's `continuous_usage_stats`, with include_usage)."""
+
+    final: bool
+    continuous: bool
 
 
 def event_stream(events: AsyncIterator[bytes]) -> EventSourceResponse:

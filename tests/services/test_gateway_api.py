@@ -173,6 +173,52 @@ def test_completions_streaming(client: openai.OpenAI) -> None:
     assert chunks[-1].usage == whole.usage
 
 
+def test_continuous_usage_stats_put_each_choice_s_usage_in_every_chunk(
+    client: openai.OpenAI, tokenizer: PromptTokenizer
+) -> None:
+    """vLLM's `stream_options.continuous_usage_stats`: with include_usage, every chunk carries its
+    choice's usage so far, rising to what the choice ends with; the last chunk still holds the
+    request's total (both choices)."""
+    options: Any = {"include_usage": True, "continuous_usage_stats": True}
+    prompt_tokens = len(tokenizer.text_prompt(COUNTING))
+    chunks = list(
+        client.completions.create(
+            model=MODEL,
+            prompt=COUNTING,
+            max_tokens=5,
+            n=2,
+            seed=1,
+            stream=True,
+            stream_options=options,
+            extra_body={"ignore_eos": True},
+        )
+    )
+    *per_choice, total = chunks
+    assert total.choices == [] and total.usage is not None and total.usage.completion_tokens == 10
+    for index in (0, 1):
+        counts = []
+        for c in per_choice:
+            if c.choices[0].index == index:
+                assert c.usage is not None and c.usage.prompt_tokens == prompt_tokens
+                assert c.usage.total_tokens == prompt_tokens + c.usage.completion_tokens
+                counts.append(c.usage.completion_tokens)
+        assert counts == sorted(counts) and counts[0] >= 1 and counts[-1] == 5
+    chat = list(
+        client.chat.completions.create(
+            model=MODEL, messages=HI, max_tokens=4, temperature=0, stream=True, stream_options=options
+        )
+    )
+    assert chat[0].usage is not None and chat[0].usage.completion_tokens == 0  # the role's chunk
+    assert chat[-2].choices[0].finish_reason and chat[-2].usage == chat[-1].usage
+    # include_usage alone: the total at the end, none in between
+    plain = list(
+        client.chat.completions.create(
+            model=MODEL, messages=HI, max_tokens=4, stream=True, stream_options={"include_usage": True}
+        )
+    )
+    assert all(c.usage is None for c in plain[:-1]) and plain[-1].usage is not None
+
+
 def test_stop_strings_cut_the_output(client: openai.OpenAI) -> None:
     full = client.completions.create(model=MODEL, prompt=COUNTING, max_tokens=12, temperature=0).choices[0]
     stop = full.text[6:9]  # a piece from the middle, which may span tokens

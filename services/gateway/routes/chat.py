@@ -29,7 +29,7 @@ from treespec.gateway.responses import (
 )
 from treespec.gateway.run import GenerationRun
 from treespec.gateway.schemas import ChatCompletionRequest
-from treespec.gateway.sse import DONE, event_stream, primed, sse_chunk, sse_error
+from treespec.gateway.sse import DONE, StreamUsage, event_stream, primed, sse_chunk, sse_error
 from treespec.gateway.state import GatewayState, gateway_state
 from treespec.gateway.tool_calls import ToolCalling
 
@@ -60,7 +60,8 @@ async def chat_completions(
     )
     if body.stream:
         events = await cancel_on_disconnect(request, primed(run.events()))
-        return event_stream(_stream(run, events, body.include_usage, body.logprobs is True, replies))
+        usage = StreamUsage(body.include_usage, body.continuous_usage)
+        return event_stream(_stream(run, events, usage, body.logprobs is True, replies))
     outcome = await cancel_on_disconnect(request, run.collect())
     texts = state.tokenizer.token_texts
     response = ChatCompletion(
@@ -126,44 +127,42 @@ def _choice(
 async def _stream(
     run: GenerationRun,
     events: AsyncGenerator[Event, None],
-    include_usage: bool,
+    usage: StreamUsage,
     logprobs: bool,
     replies: ChatReplies,
 ) -> AsyncIterator[bytes]:
     texts = run.state.tokenizer.token_texts
     deltas = replies.stream()
 
-    def chunk(choice: ChatChunkChoice, meta: MetaInfo | None = None) -> bytes:
+    def chunk(choice: ChatChunkChoice, event: Event | None, meta: MetaInfo | None = None) -> bytes:
         return sse_chunk(
-            ChatCompletionChunk(
-                id=run.id, created=run.created, model=run.model, choices=[choice], meta_info=meta
-            )
+            ChatCompletionChunk(choices=[choice], **run.chunk_fields(choice.index, event, meta, usage))
         )
 
     for job in run.jobs:
-        yield chunk(ChatChunkChoice(index=job.index, delta={"role": "assistant", "content": ""}))
+        yield chunk(ChatChunkChoice(index=job.index, delta={"role": "assistant", "content": ""}), None)
     try:
         async for event in events:
             if isinstance(event, TextDelta):
                 lp = chat_logprobs(texts, event.logprobs) if logprobs else None
                 delta = deltas.text(event.index, event.text)
                 if delta or lp is not None:
-                    yield chunk(ChatChunkChoice(index=event.index, delta=delta, logprobs=lp))
+                    yield chunk(ChatChunkChoice(index=event.index, delta=delta, logprobs=lp), event)
             else:
                 delta, reason = deltas.end(event.index, event.finish_reason)
                 if delta:
-                    yield chunk(ChatChunkChoice(index=event.index, delta=delta))
+                    yield chunk(ChatChunkChoice(index=event.index, delta=delta), event)
                 choice = ChatChunkChoice(index=event.index, delta={}, finish_reason=reason)
-                yield chunk(choice, meta_info(event.spec))
+                yield chunk(choice, event, meta_info(event.spec))
     except APIError as error:
         yield sse_error(error)
         yield DONE
         return
     finally:
         await events.aclose()
-    if include_usage:
-        usage = ChatCompletionChunk(
+    if usage.final:
+        total = ChatCompletionChunk(
             id=run.id, created=run.created, model=run.model, choices=[], usage=run.outcome.usage
         )
-        yield sse_chunk(usage)
+        yield sse_chunk(total)
     yield DONE

@@ -17,7 +17,7 @@ from treespec.gateway.outcome import meta_info
 from treespec.gateway.responses import Completion, CompletionChoice, CompletionLogprobs, MetaInfo
 from treespec.gateway.run import GenerationRun
 from treespec.gateway.schemas import CompletionRequest
-from treespec.gateway.sse import DONE, event_stream, primed, sse_chunk, sse_error
+from treespec.gateway.sse import DONE, StreamUsage, event_stream, primed, sse_chunk, sse_error
 from treespec.gateway.state import GatewayState, gateway_state
 from treespec.gateway.tokenizer import PromptTokenizer
 
@@ -34,7 +34,8 @@ async def completions(
     run = await GenerationRun.start(state, body, prompts, body.token_limit, "text_completion", "cmpl", echoes)
     if body.stream:
         events = await cancel_on_disconnect(request, primed(run.events()))
-        return event_stream(_stream(run, events, body.include_usage, body.logprobs is not None))
+        usage = StreamUsage(body.include_usage, body.continuous_usage)
+        return event_stream(_stream(run, events, usage, body.logprobs is not None))
     outcome = await cancel_on_disconnect(request, run.collect())
     texts = state.tokenizer.token_texts
 
@@ -73,14 +74,12 @@ def _echoes(tokenizer: PromptTokenizer, prompts: list[str | list[int]]) -> list[
 
 
 async def _stream(
-    run: GenerationRun, events: AsyncGenerator[Event, None], include_usage: bool, logprobs: bool
+    run: GenerationRun, events: AsyncGenerator[Event, None], usage: StreamUsage, logprobs: bool
 ) -> AsyncIterator[bytes]:
     texts = run.state.tokenizer.token_texts
 
-    def chunk(choice: CompletionChoice, meta: MetaInfo | None = None) -> bytes:
-        return sse_chunk(
-            Completion(id=run.id, created=run.created, model=run.model, choices=[choice], meta_info=meta)
-        )
+    def chunk(choice: CompletionChoice, event: Event, meta: MetaInfo | None = None) -> bytes:
+        return sse_chunk(Completion(choices=[choice], **run.chunk_fields(choice.index, event, meta, usage)))
 
     try:
         async for event in events:
@@ -88,17 +87,17 @@ async def _stream(
                 lp = None
                 if logprobs:
                     lp = completion_logprobs(texts, event.logprobs, [event.offset] * len(event.logprobs))
-                yield chunk(CompletionChoice(index=event.index, text=event.text, logprobs=lp))
+                yield chunk(CompletionChoice(index=event.index, text=event.text, logprobs=lp), event)
             else:
                 choice = CompletionChoice(index=event.index, text="", finish_reason=event.finish_reason)
-                yield chunk(choice, meta_info(event.spec))
+                yield chunk(choice, event, meta_info(event.spec))
     except APIError as error:
         yield sse_error(error)
         yield DONE
         return
     finally:
         await events.aclose()
-    if include_usage:
+    if usage.final:
         yield sse_chunk(
             Completion(id=run.id, created=run.created, model=run.model, choices=[], usage=run.outcome.usage)
         )
