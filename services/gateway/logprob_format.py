@@ -1,9 +1,10 @@
 """Output tokens' log-probabilities in OpenAI's two shapes: chat's `content` list and the legacy
-completions' parallel lists."""
+completions' parallel lists; tokens by their text, or by their id (vLLM's `return_tokens_as_token_ids`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from treespec.gateway.generation import TokenLogprob
 from treespec.gateway.responses import ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, TopLogprob
@@ -20,35 +21,43 @@ def _maybe(logprob: float | None) -> float | None:
     return None if logprob is None else _value(logprob)
 
 
-def _top(texts: TokenTexts, token_id: int, logprob: float | None) -> TopLogprob:
-    value = FLOOR if logprob is None else _value(logprob)  # chat has no prompt tokens: never None
-    return TopLogprob(token=texts.text_of(token_id), logprob=value, bytes=list(texts.bytes_of(token_id)))
+@dataclass(frozen=True)
+class LogprobFormat:
+    """How a request's log-probabilities are written: each token by its text (and exact bytes), or,
+    with vLLM's `return_tokens_as_token_ids`, as "token_id:N", which names every token exactly even
+    where its text is part of a character (the bytes stay the token's own)."""
 
+    texts: TokenTexts
+    token_ids: bool = False
 
-def chat_logprobs(texts: TokenTexts, entries: Sequence[TokenLogprob]) -> ChatLogprobs:
-    content = []
-    for entry in entries:
-        chosen = _top(texts, entry.token_id, entry.logprob)
-        alternatives = [_top(texts, token_id, logprob) for token_id, logprob in entry.top]
-        content.append(ChatTokenLogprob(**chosen.model_dump(), top_logprobs=alternatives))
-    return ChatLogprobs(content=content)
+    def name(self, token_id: int) -> str:
+        return f"token_id:{token_id}" if self.token_ids else self.texts.text_of(token_id)
 
+    def _top(self, token_id: int, logprob: float | None) -> TopLogprob:
+        value = FLOOR if logprob is None else _value(logprob)  # chat has no prompt tokens: never None
+        return TopLogprob(token=self.name(token_id), logprob=value, bytes=list(self.texts.bytes_of(token_id)))
 
-def completion_logprobs(
-    texts: TokenTexts, entries: Sequence[TokenLogprob], delta_starts: Sequence[int]
-) -> CompletionLogprobs:
-    """`delta_starts`: where in the choice's text each token's delta starts; a token's offset adds the
-    text of the tokens before it in the same delta."""
-    tokens = [texts.text_of(e.token_id) for e in entries]
-    offsets: list[int] = []
-    for k, start in enumerate(delta_starts):
-        same_delta = k > 0 and delta_starts[k - 1] == start
-        offsets.append(offsets[-1] + len(tokens[k - 1]) if same_delta else start)
-    return CompletionLogprobs(
-        tokens=tokens,
-        token_logprobs=[_maybe(e.logprob) for e in entries],
-        top_logprobs=[
-            None if e.logprob is None else {texts.text_of(t): _value(lp) for t, lp in e.top} for e in entries
-        ],
-        text_offset=offsets,
-    )
+    def chat(self, entries: Sequence[TokenLogprob]) -> ChatLogprobs:
+        content = []
+        for entry in entries:
+            chosen = self._top(entry.token_id, entry.logprob)
+            alternatives = [self._top(token_id, logprob) for token_id, logprob in entry.top]
+            content.append(ChatTokenLogprob(**chosen.model_dump(), top_logprobs=alternatives))
+        return ChatLogprobs(content=content)
+
+    def completion(self, entries: Sequence[TokenLogprob], delta_starts: Sequence[int]) -> CompletionLogprobs:
+        """`delta_starts`: where in the choice's text each token's delta starts; a token's offset adds
+        the text of the tokens before it in the same delta."""
+        offsets: list[int] = []
+        for k, start in enumerate(delta_starts):
+            same_delta = k > 0 and delta_starts[k - 1] == start
+            before = len(self.texts.text_of(entries[k - 1].token_id)) if same_delta else 0
+            offsets.append(offsets[-1] + before if same_delta else start)
+        return CompletionLogprobs(
+            tokens=[self.name(e.token_id) for e in entries],
+            token_logprobs=[_maybe(e.logprob) for e in entries],
+            top_logprobs=[
+                None if e.logprob is None else {self.name(t): _value(lp) for t, lp in e.top} for e in entries
+            ],
+            text_offset=offsets,
+        )

@@ -9,7 +9,8 @@ their calls back in the legacy shape).
 Structured output: OpenAI's `response_format` (json_object, json_schema) and vLLM's guided_json,
 guided_regex, guided_choice and guided_grammar, one at a time. Extensions after
 vLLM and SGLang: top_k, min_p, repetition_penalty, min_tokens, ignore_eos, stop_token_ids,
-include_stop_str_in_output, skip_special_tokens, and a per-request `speculation` object; OpenAI's
+include_stop_str_in_output, skip_special_tokens, return_tokens_as_token_ids, and a per-request
+`speculation` object; OpenAI's
 `reasoning_effort` is a chat template variable; vLLM's add_generation_prompt and
 continue_final_message say how the prompt ends (prompt_ending.py). A null
 stands for the field's default, as in OpenAI; text with a lone surrogate (valid JSON, not valid
@@ -151,6 +152,7 @@ class SamplingFields(BaseModel):
     min_tokens: int | None = Field(default=None, ge=0, le=MAX_TOKENS_LIMIT)
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+    return_tokens_as_token_ids: bool = False  # vLLM's: log-probabilities name tokens "token_id:N"
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     logit_bias: dict[str, float] | None = Field(default=None, max_length=MAX_LOGIT_BIAS)
@@ -163,7 +165,13 @@ class SamplingFields(BaseModel):
     guided_choice: list[UnicodeText] | None = Field(default=None, min_length=1, max_length=MAX_GUIDED_CHOICES)
     guided_grammar: UnicodeText | None = Field(default=None, min_length=1)
     _defaults_for_null = field_validator(
-        "n", "stream", "ignore_eos", "include_stop_str_in_output", "skip_special_tokens", mode="before"
+        "n",
+        "stream",
+        "ignore_eos",
+        "include_stop_str_in_output",
+        "skip_special_tokens",
+        "return_tokens_as_token_ids",
+        mode="before",
     )(_null_is_default)
 
     @model_validator(mode="after")

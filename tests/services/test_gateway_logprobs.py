@@ -5,6 +5,7 @@ target's own figures (checked against HF transformers), streamed or whole, with 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -164,3 +165,48 @@ def test_lm_evaluation_harness_loglikelihood_requests(
         greedy = all(top is not None and tok == max(top.values()) for tok, top in zip(got, tops, strict=True))
         assert greedy == bool((rows[ctxlen - 1 :].argmax(-1) == torch.tensor(ids[ctxlen:])).all())
     assert totals[0] > totals[1]  # " Paris" is the likelier continuation
+
+
+def test_return_tokens_as_token_ids_names_each_token_by_its_id(
+    client: openai.OpenAI, tokenizer: PromptTokenizer
+) -> None:
+    """vLLM's `return_tokens_as_token_ids`: "token_id:N" for every token and alternative, naming the
+    token whose text the plain reply shows, with the same figures, bytes and text offsets; chat and
+    completions, whole and streamed."""
+    by_id = {"return_tokens_as_token_ids": True}
+    chat: Any = {"model": MODEL, "messages": HI, "max_tokens": NEW, "temperature": 0, "logprobs": True}
+    chat["top_logprobs"] = 2
+    plain = client.chat.completions.create(**chat).choices[0].logprobs
+    named = client.chat.completions.create(**chat, extra_body=by_id).choices[0].logprobs
+    assert plain is not None and named is not None and plain.content and named.content
+
+    def text_of(name: str) -> str:
+        prefix, _, token_id = name.partition(":")
+        assert prefix == "token_id"
+        return tokenizer.token_texts.text_of(int(token_id))
+
+    assert len(named.content) == len(plain.content)
+    for a, b in zip(named.content, plain.content, strict=True):
+        assert text_of(a.token) == b.token and (a.logprob, a.bytes) == (b.logprob, b.bytes)
+        assert [text_of(t.token) for t in a.top_logprobs] == [t.token for t in b.top_logprobs]
+    streamed = [
+        t.token
+        for chunk in client.chat.completions.create(**chat, stream=True, extra_body=by_id)
+        for choice in chunk.choices
+        if choice.logprobs is not None
+        for t in choice.logprobs.content or []
+    ]
+    assert streamed == [t.token for t in named.content]
+    fields: Any = {
+        "model": MODEL,
+        "prompt": "Count: 1, 2, 3,",
+        "max_tokens": 6,
+        "temperature": 0,
+        "logprobs": 1,
+    }
+    text = client.completions.create(**fields).choices[0].logprobs
+    lp = client.completions.create(**fields, extra_body=by_id).choices[0].logprobs
+    assert lp is not None and text is not None and lp.tokens and text.tokens and lp.top_logprobs
+    assert [text_of(t) for t in lp.tokens] == text.tokens
+    assert lp.text_offset == text.text_offset and lp.token_logprobs == text.token_logprobs
+    assert [{text_of(k): v for k, v in top.items()} for top in lp.top_logprobs] == text.top_logprobs

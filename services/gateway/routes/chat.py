@@ -15,7 +15,7 @@ from treespec.gateway.disconnect import cancel_on_disconnect
 from treespec.gateway.errors import APIError
 from treespec.gateway.function_calls import FunctionCalls
 from treespec.gateway.generation import Event, TextDelta
-from treespec.gateway.logprob_format import chat_logprobs
+from treespec.gateway.logprob_format import LogprobFormat
 from treespec.gateway.outcome import meta_info
 from treespec.gateway.reasoning_parsers.base import ReasoningParser
 from treespec.gateway.responses import (
@@ -58,12 +58,12 @@ async def chat_completions(
     run = await GenerationRun.start(
         state, body, [prompt], body.token_limit, "chat", "chatcmpl", grammar_after=grammar_after
     )
+    lp_format = LogprobFormat(state.tokenizer.token_texts, body.return_tokens_as_token_ids)
     if body.stream:
         events = await cancel_on_disconnect(request, primed(run.events()))
         usage = StreamUsage(body.include_usage, body.continuous_usage)
-        return event_stream(_stream(run, events, usage, body.logprobs is True, replies))
+        return event_stream(_stream(run, events, usage, lp_format if body.logprobs else None, replies))
     outcome = await cancel_on_disconnect(request, run.collect())
-    texts = state.tokenizer.token_texts
     response = ChatCompletion(
         id=run.id,
         created=run.created,
@@ -74,7 +74,7 @@ async def chat_completions(
                 outcome.text(job.index),
                 outcome.finish_reason(job.index),
                 replies,
-                chat_logprobs(texts, [e for e, _ in outcome.logprobs(job.index)]) if body.logprobs else None,
+                lp_format.chat([e for e, _ in outcome.logprobs(job.index)]) if body.logprobs else None,
             )
             for job in run.jobs
         ],
@@ -128,10 +128,9 @@ async def _stream(
     run: GenerationRun,
     events: AsyncGenerator[Event, None],
     usage: StreamUsage,
-    logprobs: bool,
+    logprobs: LogprobFormat | None,
     replies: ChatReplies,
 ) -> AsyncIterator[bytes]:
-    texts = run.state.tokenizer.token_texts
     deltas = replies.stream()
 
     def chunk(choice: ChatChunkChoice, event: Event | None, meta: MetaInfo | None = None) -> bytes:
@@ -144,7 +143,7 @@ async def _stream(
     try:
         async for event in events:
             if isinstance(event, TextDelta):
-                lp = chat_logprobs(texts, event.logprobs) if logprobs else None
+                lp = logprobs.chat(event.logprobs) if logprobs is not None else None
                 delta = deltas.text(event.index, event.text)
                 if delta or lp is not None:
                     yield chunk(ChatChunkChoice(index=event.index, delta=delta, logprobs=lp), event)

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from treespec.gateway.disconnect import cancel_on_disconnect
 from treespec.gateway.errors import APIError
 from treespec.gateway.generation import Event, TextDelta
-from treespec.gateway.logprob_format import completion_logprobs
+from treespec.gateway.logprob_format import LogprobFormat
 from treespec.gateway.outcome import meta_info
 from treespec.gateway.responses import Completion, CompletionChoice, CompletionLogprobs, MetaInfo
 from treespec.gateway.run import GenerationRun
@@ -32,18 +32,18 @@ async def completions(
     prompts = await asyncio.to_thread(_tokenize, state.tokenizer, body.prompts)
     echoes = await asyncio.to_thread(_echoes, state.tokenizer, body.prompts) if body.echo else None
     run = await GenerationRun.start(state, body, prompts, body.token_limit, "text_completion", "cmpl", echoes)
+    lp_format = LogprobFormat(state.tokenizer.token_texts, body.return_tokens_as_token_ids)
     if body.stream:
         events = await cancel_on_disconnect(request, primed(run.events()))
         usage = StreamUsage(body.include_usage, body.continuous_usage)
-        return event_stream(_stream(run, events, usage, body.logprobs is not None))
+        return event_stream(_stream(run, events, usage, lp_format if body.logprobs is not None else None))
     outcome = await cancel_on_disconnect(request, run.collect())
-    texts = state.tokenizer.token_texts
 
     def logprobs(index: int) -> CompletionLogprobs | None:
         if body.logprobs is None:
             return None
         entries = outcome.logprobs(index)
-        return completion_logprobs(texts, [e for e, _ in entries], [offset for _, offset in entries])
+        return lp_format.completion([e for e, _ in entries], [offset for _, offset in entries])
 
     response = Completion(
         id=run.id,
@@ -74,9 +74,11 @@ def _echoes(tokenizer: PromptTokenizer, prompts: list[str | list[int]]) -> list[
 
 
 async def _stream(
-    run: GenerationRun, events: AsyncGenerator[Event, None], usage: StreamUsage, logprobs: bool
+    run: GenerationRun,
+    events: AsyncGenerator[Event, None],
+    usage: StreamUsage,
+    logprobs: LogprobFormat | None,
 ) -> AsyncIterator[bytes]:
-    texts = run.state.tokenizer.token_texts
 
     def chunk(choice: CompletionChoice, event: Event, meta: MetaInfo | None = None) -> bytes:
         return sse_chunk(Completion(choices=[choice], **run.chunk_fields(choice.index, event, meta, usage)))
@@ -85,8 +87,8 @@ async def _stream(
         async for event in events:
             if isinstance(event, TextDelta):
                 lp = None
-                if logprobs:
-                    lp = completion_logprobs(texts, event.logprobs, [event.offset] * len(event.logprobs))
+                if logprobs is not None:
+                    lp = logprobs.completion(event.logprobs, [event.offset] * len(event.logprobs))
                 yield chunk(CompletionChoice(index=event.index, text=event.text, logprobs=lp), event)
             else:
                 choice = CompletionChoice(index=event.index, text="", finish_reason=event.finish_reason)
