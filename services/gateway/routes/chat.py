@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
-from treespec.gateway.chat_messages import template_messages
 from treespec.gateway.chat_reply import ChatReplies
+from treespec.gateway.chat_start import start_chat
 from treespec.gateway.disconnect import cancel_on_disconnect
 from treespec.gateway.errors import APIError
-from treespec.gateway.function_calls import FunctionCalls
 from treespec.gateway.generation import Event, TextDelta
 from treespec.gateway.logprob_format import LogprobFormat
 from treespec.gateway.outcome import meta_info
-from treespec.gateway.reasoning_parsers.base import ReasoningParser
 from treespec.gateway.responses import (
     ChatChoice,
     ChatChunkChoice,
@@ -31,11 +28,8 @@ from treespec.gateway.run import GenerationRun
 from treespec.gateway.schemas import ChatCompletionRequest
 from treespec.gateway.sse import DONE, StreamUsage, event_stream, primed, sse_chunk, sse_error
 from treespec.gateway.state import GatewayState, gateway_state
-from treespec.gateway.tool_calls import ToolCalling
 
 router = APIRouter()
-
-PROMPT_TAIL_TOKENS = 16  # the prompt's last tokens, read for a reasoning end the template wrote
 
 
 @router.post("/v1/chat/completions", response_model=None)
@@ -43,21 +37,7 @@ async def chat_completions(
     body: ChatCompletionRequest, request: Request, state: Annotated[GatewayState, Depends(gateway_state)]
 ) -> Response:
     state.check_model(body.model)
-    tools = _tool_calling(state, body)
-    messages = template_messages(body.messages)
-    prompt = await asyncio.to_thread(
-        state.tokenizer.chat_prompt,
-        messages,
-        body.template_tools,
-        body.opens_turn,
-        body.template_kwargs,
-        body.continue_final_message,
-    )
-    reasoning, grammar_after = _reasoning(state, body, prompt)
-    replies = ChatReplies(reasoning, tools)
-    run = await GenerationRun.start(
-        state, body, [prompt], body.token_limit, "chat", "chatcmpl", grammar_after=grammar_after
-    )
+    run, replies = await start_chat(state, body, "chatcmpl")
     lp_format = LogprobFormat(state.tokenizer.token_texts, body.return_tokens_as_token_ids)
     if body.stream:
         events = await cancel_on_disconnect(request, primed(run.events()))
@@ -82,32 +62,6 @@ async def chat_completions(
         meta_info=outcome.meta_info,
     )
     return JSONResponse(response.model_dump(mode="json"))
-
-
-def _tool_calling(state: GatewayState, body: ChatCompletionRequest) -> ToolCalling | None:
-    """How the request's tools are called: "auto" with the model's parser, a named function or
-    "required" as structured output, or not at all; for the deprecated `functions`, the same calls
-    go back in the legacy shape."""
-    tools = state.auto_tool_calls(body.legacy_functions) if body.auto_tool_choice else body.tool_call_mode
-    if tools is None or not body.legacy_functions:
-        return tools
-    return FunctionCalls(tools)
-
-
-def _reasoning(
-    state: GatewayState, body: ChatCompletionRequest, prompt: list[int]
-) -> tuple[ReasoningParser | None, str]:
-    """The reasoning parser for this request, and where its grammar starts. A constrained request
-    (structured output, a named or required tool call) of a thinking model is constrained on its
-    answer alone, as in vLLM and SGLang: the grammar starts after the reasoning's end. Where the
-    template has closed the reasoning in the prompt (thinking turned off) the grammar holds from the
-    first token and there is no reasoning to split off."""
-    reasoning = state.reasoning_parser()
-    if reasoning is None or body.constraint is None:
-        return reasoning, ""
-    tail = state.tokenizer.decode(prompt[-PROMPT_TAIL_TOKENS:], skip_special_tokens=False)
-    marker = reasoning.grammar_starts_after(tail)
-    return (reasoning, marker) if marker is not None else (None, "")
 
 
 def _choice(

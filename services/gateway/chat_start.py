@@ -1,0 +1,64 @@
+"""A chat request started: its tools and reasoning parser chosen, the chat template applied, its
+generation planned. The chat completions and the Responses API routes start their requests alike."""
+
+from __future__ import annotations
+
+import asyncio
+
+from treespec.gateway.chat_messages import template_messages
+from treespec.gateway.chat_reply import ChatReplies
+from treespec.gateway.function_calls import FunctionCalls
+from treespec.gateway.reasoning_parsers.base import ReasoningParser
+from treespec.gateway.run import GenerationRun
+from treespec.gateway.schemas import ChatCompletionRequest
+from treespec.gateway.state import GatewayState
+from treespec.gateway.tool_calls import ToolCalling
+
+PROMPT_TAIL_TOKENS = 16  # the prompt's last tokens, read for a reasoning end the template wrote
+
+
+async def start_chat(
+    state: GatewayState, body: ChatCompletionRequest, id_prefix: str
+) -> tuple[GenerationRun, ChatReplies]:
+    """The request's generation (nothing sent yet) and how its text becomes replies."""
+    tools = _tool_calling(state, body)
+    messages = template_messages(body.messages)
+    prompt = await asyncio.to_thread(
+        state.tokenizer.chat_prompt,
+        messages,
+        body.template_tools,
+        body.opens_turn,
+        body.template_kwargs,
+        body.continue_final_message,
+    )
+    reasoning, grammar_after = _reasoning(state, body, prompt)
+    run = await GenerationRun.start(
+        state, body, [prompt], body.token_limit, "chat", id_prefix, grammar_after=grammar_after
+    )
+    return run, ChatReplies(reasoning, tools)
+
+
+def _tool_calling(state: GatewayState, body: ChatCompletionRequest) -> ToolCalling | None:
+    """How the request's tools are called: "auto" with the model's parser, a named function or
+    "required" as structured output, or not at all; for the deprecated `functions`, the same calls
+    go back in the legacy shape."""
+    tools = state.auto_tool_calls(body.legacy_functions) if body.auto_tool_choice else body.tool_call_mode
+    if tools is None or not body.legacy_functions:
+        return tools
+    return FunctionCalls(tools)
+
+
+def _reasoning(
+    state: GatewayState, body: ChatCompletionRequest, prompt: list[int]
+) -> tuple[ReasoningParser | None, str]:
+    """The reasoning parser for this request, and where its grammar starts. A constrained request
+    (structured output, a named or required tool call) of a thinking model is constrained on its
+    answer alone, as in vLLM and SGLang: the grammar starts after the reasoning's end. Where the
+    template has closed the reasoning in the prompt (thinking turned off) the grammar holds from the
+    first token and there is no reasoning to split off."""
+    reasoning = state.reasoning_parser()
+    if reasoning is None or body.constraint is None:
+        return reasoning, ""
+    tail = state.tokenizer.decode(prompt[-PROMPT_TAIL_TOKENS:], skip_special_tokens=False)
+    marker = reasoning.grammar_starts_after(tail)
+    return (reasoning, marker) if marker is not None else (None, "")
