@@ -16,7 +16,7 @@ from treespec.gateway.config import GatewayConfig
 from treespec.gateway.errors import APIError, install_error_handlers
 from treespec.gateway.guards import RequestGuard
 from treespec.gateway.metrics import GatewayMetrics, RequestCounter
-from treespec.gateway.routes import chat, completions, models, ops, tokenize
+from treespec.gateway.routes import chat, completions, models, ops, responses_api, tokenize
 from treespec.gateway.state import GatewayState
 from treespec.gateway.tokenizer import PromptTokenizer
 from treespec.gateway.verifier_client import VerifierClient
@@ -67,7 +67,7 @@ def create_app(
         strict_content_type=False,  # no Content-Type is read as JSON; a wrong one is refused (guards)
     )
     install_error_handlers(app)
-    for module in (chat, completions, models, ops, tokenize):
+    for module in (chat, completions, models, ops, responses_api, tokenize):
         # The limit per route, not per app: the app-wide one answers a too-large Content-Length in
         # plain text, where RequestGuard answers it in OpenAI's JSON before any route runs.
         app.include_router(module.router, max_body_size=config.max_body_bytes)

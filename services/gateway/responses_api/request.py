@@ -1,0 +1,287 @@
+"""OpenAI's Responses API request (`POST /v1/responses`, pydantic v2, strict), and the chat request it
+runs as.
+
+`input` is a string (one user message) or a list of items: messages (roles user, system, developer,
+assistant; text content, as input_text or, for an assistant's earlier reply, output_text), the
+function calls an earlier response made and their outputs, and reasoning items (which chat templates
+do not render: dropped). `instructions` go first, as a system message. Function tools, `tool_choice`,
+`text.format` (json_object, json_schema), `reasoning.effort` and the sampling fields become their chat
+completions counterparts, so a response is generated, constrained and parsed exactly as a chat reply.
+
+Nothing is stored (`store` is accepted; the response says false), so `previous_response_id` and
+`conversation` are refused: send the whole conversation as `input`, as a stateless client does.
+Unknown fields are refused, and fields treespec does not implement are accepted only at their neutral
+value.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from treespec.gateway.errors import quotable, validation_error
+from treespec.gateway.schema_types import STRICT, UnicodeText, unsupported
+from treespec.gateway.schemas import ChatCompletionRequest, ReasoningEffort, SpeculationOptions
+from treespec.gateway.tool_schemas import FUNCTION_NAME, MAX_TOOLS, FunctionDef
+
+MAX_INPUT_ITEMS = 4096
+
+
+class TextPart(BaseModel):
+    """A message's text: input_text, or output_text for an assistant's earlier reply as the SDK
+    writes it back (with its annotations and log-probabilities, which are dropped)."""
+
+    model_config = STRICT
+    type: Literal["input_text", "output_text"]
+    text: UnicodeText
+    annotations: list[Any] | None = None
+    logprobs: list[Any] | None = None
+
+
+class InputMessage(BaseModel):
+    model_config = STRICT
+    type: Literal["message"] = "message"
+    role: Literal["user", "system", "developer", "assistant"]
+    content: UnicodeText | list[TextPart]
+    id: str | None = None
+    status: str | None = None
+
+    @property
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
+class FunctionCallItem(BaseModel):
+    """A function call an earlier response made."""
+
+    model_config = STRICT
+    type: Literal["function_call"]
+    call_id: str = Field(min_length=1)
+    name: str = Field(pattern=FUNCTION_NAME)
+    arguments: str
+    id: str | None = None
+    status: str | None = None
+
+
+class FunctionCallOutputItem(BaseModel):
+    """What the client's function returned for a call."""
+
+    model_config = STRICT
+    type: Literal["function_call_output"]
+    call_id: str = Field(min_length=1)
+    output: UnicodeText
+    id: str | None = None
+    status: str | None = None
+
+
+class ReasoningItem(BaseModel):
+    """An earlier response's reasoning, written back: accepted and dropped (chat templates leave an
+    earlier turn's reasoning out)."""
+
+    model_config = STRICT
+    type: Literal["reasoning"]
+    id: str | None = None
+    summary: list[Any] = Field(default_factory=list)
+    content: list[Any] | None = None
+    encrypted_content: str | None = None
+    status: str | None = None
+
+
+def _item_kind(value: Any) -> str:
+    """An item's type; a message may leave it out (OpenAI's "easy" input message)."""
+    if isinstance(value, dict):
+        return str(value.get("type", "message"))
+    return str(getattr(value, "type", "message"))
+
+
+InputItem = Annotated[
+    Annotated[InputMessage, Tag("message")]
+    | Annotated[FunctionCallItem, Tag("function_call")]
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[ReasoningItem, Tag("reasoning")],
+    Discriminator(_item_kind),
+]
+
+
+class FunctionTool(FunctionDef):
+    """A function tool as the Responses API gives it: chat's function definition, flat."""
+
+    type: Literal["function"]
+
+
+class FunctionChoice(BaseModel):
+    model_config = STRICT
+    type: Literal["function"]
+    name: str
+
+
+class TextFormat(BaseModel):
+    """`text.format`: free text, any JSON object, or JSON following a schema (its fields flat, unlike
+    chat's `response_format.json_schema`)."""
+
+    model_config = STRICT
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = Field(default=None, min_length=1, max_length=64)
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+    @model_validator(mode="after")
+    def _a_schema_has_its_fields(self) -> TextFormat:
+        if self.type == "json_schema" and (self.name is None or self.schema_ is None):
+            raise PydanticCustomError("missing", "a json_schema format needs its 'name' and 'schema'")
+        return self
+
+    def response_format(self) -> dict[str, Any]:
+        """Chat's `response_format` for this format."""
+        if self.type != "json_schema":
+            return {"type": self.type}
+        fields = {
+            "name": self.name,
+            "description": self.description,
+            "schema": self.schema_,
+            "strict": self.strict,
+        }
+        return {"type": "json_schema", "json_schema": {k: v for k, v in fields.items() if v is not None}}
+
+
+class TextConfig(BaseModel):
+    model_config = STRICT
+    format: TextFormat | None = None
+    verbosity: str | None = None
+
+    _check_unsupported = field_validator("verbosity")(unsupported)
+
+
+class ReasoningConfig(BaseModel):
+    model_config = STRICT
+    effort: ReasoningEffort | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None
+
+
+class ResponsesRequest(BaseModel):
+    model_config = STRICT
+    model: str = Field(min_length=1)
+    input: UnicodeText | Annotated[list[InputItem], Field(min_length=1, max_length=MAX_INPUT_ITEMS)]
+    instructions: UnicodeText | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1, le=2**31 - 1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    stream: bool | None = None
+    tools: list[FunctionTool] | None = Field(default=None, max_length=MAX_TOOLS)
+    tool_choice: Literal["none", "auto", "required"] | FunctionChoice | None = None
+    parallel_tool_calls: bool | None = None
+    text: TextConfig | None = None
+    reasoning: ReasoningConfig | None = None
+    # Accepted and ignored: nothing is stored; hints for OpenAI's own service.
+    store: bool | None = None
+    metadata: dict[str, str] | None = None
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    service_tier: str | None = None
+    stream_options: dict[str, Any] | None = None
+    truncation: Literal["disabled"] | None = None
+    # Extensions, as on chat completions.
+    cache_salt: UnicodeText | None = Field(default=None, min_length=1, max_length=1024)
+    speculation: SpeculationOptions | None = None
+    # Not implemented: accepted at their neutral value only.
+    previous_response_id: str | None = None
+    conversation: Any = None
+    prompt: Any = None
+    background: bool | None = None
+    include: list[str] | None = None
+    top_logprobs: int | None = None
+    max_tool_calls: int | None = None
+
+    _check_unsupported = field_validator(
+        "previous_response_id",
+        "conversation",
+        "prompt",
+        "background",
+        "include",
+        "top_logprobs",
+        "max_tool_calls",
+    )(unsupported)
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _a_named_function_is_a_tool(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, FunctionChoice):
+            names = [t.name for t in info.data.get("tools") or []]
+            if value.name not in names:
+                raise PydanticCustomError(
+                    "invalid_value",
+                    "tool_choice names '{name}', which is not among the tools",
+                    {"name": quotable(value.name)},
+                )
+        return value
+
+    @property
+    def streams(self) -> bool:
+        return bool(self.stream)
+
+    def chat_request(self) -> ChatCompletionRequest:
+        """The chat completions request this one runs as (a 400 naming the problem where the
+        conversation does not make one, such as a tool_choice naming no tool)."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": self.chat_messages(),
+            "max_completion_tokens": self.max_output_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "stream": self.streams,
+            "cache_salt": self.cache_salt,
+            "speculation": self.speculation.model_dump(exclude_none=True) if self.speculation else None,
+        }
+        if self.tools:
+            body["tools"] = [
+                {"type": "function", "function": t.model_dump(exclude={"type"}, exclude_none=True)}
+                for t in self.tools
+            ]
+        if isinstance(self.tool_choice, FunctionChoice):
+            body["tool_choice"] = {"type": "function", "function": {"name": self.tool_choice.name}}
+        elif self.tool_choice is not None:
+            body["tool_choice"] = self.tool_choice
+        if self.text is not None and self.text.format is not None:
+            body["response_format"] = self.text.format.response_format()
+        if self.reasoning is not None and self.reasoning.effort is not None:
+            body["reasoning_effort"] = self.reasoning.effort
+        try:
+            return ChatCompletionRequest.model_validate({k: v for k, v in body.items() if v is not None})
+        except ValidationError as exc:
+            raise validation_error(exc.errors()) from None
+
+    def chat_messages(self) -> list[dict[str, Any]]:
+        """The conversation as chat messages: the instructions, then the input items in order, a run
+        of function calls joined to the assistant message before it (or one of their own)."""
+        messages: list[dict[str, Any]] = []
+        if self.instructions:
+            messages.append({"role": "system", "content": self.instructions})
+        items = [InputMessage(role="user", content=self.input)] if isinstance(self.input, str) else self.input
+        for item in items:
+            if isinstance(item, InputMessage):
+                messages.append({"role": item.role, "content": item.text})
+            elif isinstance(item, FunctionCallItem):
+                function = {"name": item.name, "arguments": item.arguments}
+                call: dict[str, Any] = {"id": item.call_id, "type": "function", "function": function}
+                last = messages[-1] if messages else None
+                if last is None or last["role"] != "assistant":
+                    last = {"role": "assistant", "content": None}
+                    messages.append(last)
+                last.setdefault("tool_calls", []).append(call)
+            elif isinstance(item, FunctionCallOutputItem):
+                messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
+        return messages

@@ -1,0 +1,88 @@
+"""POST /v1/responses: OpenAI's Responses API, run as the chat request it stands for
+(responses_api/request.py), the reply given back as output items, whole or streamed as the
+Responses API's typed events (responses_api/output.py)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+from fastapi.sse import format_sse_event
+
+from treespec.gateway.chat_reply import ChatReplies, ChatReplyMessage
+from treespec.gateway.chat_start import start_chat
+from treespec.gateway.disconnect import cancel_on_disconnect
+from treespec.gateway.errors import APIError
+from treespec.gateway.generation import Event, TextDelta
+from treespec.gateway.responses_api.output import ResponseOutput
+from treespec.gateway.responses_api.request import ResponsesRequest
+from treespec.gateway.responses_api.response import response_body, response_status
+from treespec.gateway.run import GenerationRun
+from treespec.gateway.sse import event_stream, primed
+from treespec.gateway.state import GatewayState, gateway_state
+
+router = APIRouter()
+
+
+@router.post("/v1/responses", response_model=None)
+async def create_response(
+    body: ResponsesRequest, request: Request, state: Annotated[GatewayState, Depends(gateway_state)]
+) -> Response:
+    state.check_model(body.model)
+    run, replies = await start_chat(state, body.chat_request(), "resp")
+    if body.streams:
+        events = await cancel_on_disconnect(request, primed(run.events()))
+        return event_stream(_stream(body, run, events, replies))
+    outcome = await cancel_on_disconnect(request, run.collect())
+    reply = replies.message(outcome.text(0), outcome.finish_reason(0))
+    status = response_status(reply.finish_reason)
+    output = ResponseOutput()
+    output.feed(_whole(reply))
+    output.finish(status)
+    identity = (run.id, run.created, run.model)
+    payload = response_body(body, identity, output.output(status), status, outcome.usage, outcome.meta_info)
+    return JSONResponse(payload)
+
+
+def _whole(reply: ChatReplyMessage) -> dict[str, Any]:
+    """A whole reply as one delta."""
+    calls = [{"index": i, **call} for i, call in enumerate(reply.tool_calls or [])]
+    return {"reasoning_content": reply.reasoning, "content": reply.content, "tool_calls": calls}
+
+
+async def _stream(
+    body: ResponsesRequest, run: GenerationRun, events: AsyncGenerator[Event, None], replies: ChatReplies
+) -> AsyncIterator[bytes]:
+    numbers = itertools.count()
+
+    def sse(event: dict[str, Any]) -> bytes:
+        numbered = {**event, "sequence_number": next(numbers)}
+        return format_sse_event(data_str=json.dumps(numbered), event=event["type"])
+
+    identity = (run.id, run.created, run.model)
+    started = response_body(body, identity, [], "in_progress")
+    yield sse({"type": "response.created", "response": started})
+    yield sse({"type": "response.in_progress", "response": started})
+    output, deltas, status = ResponseOutput(), replies.stream(), "completed"
+    try:
+        async for event in events:
+            if isinstance(event, TextDelta):
+                pieces = output.feed(deltas.text(event.index, event.text))
+            else:
+                delta, reason = deltas.end(event.index, event.finish_reason)
+                status = response_status(reason)
+                pieces = output.feed(delta) + output.finish(status)
+            for piece in pieces:
+                yield sse(piece)
+    except APIError as error:
+        yield sse({"type": "error", "code": error.code, "message": error.message, "param": error.param})
+        return
+    finally:
+        await events.aclose()
+    outcome = run.outcome
+    final = response_body(body, identity, output.output(status), status, outcome.usage, outcome.meta_info)
+    yield sse({"type": f"response.{status}", "response": final})
