@@ -153,6 +153,9 @@ def test_a_vllm_draft_model_config_serves_with_a_standalone_draft_model(smollm_p
     args = ["serve", "--model-path", str(smollm_path), "--port", str(port)]
     args += ["--verifier-port", str(free_port()), "--drafter-port", str(free_port())]
     args += ["--speculative-config", json.dumps(config), "--speculative-draft-kv-tokens", "4096"]
+    # A deadline no load on the test machine's cores reaches: this test is about the drafts, not
+    # their pace (a CPU busy with other tests once made every 500 ms step late, and none drafted).
+    args += ["--draft-deadline-ms", "10000"]
     process = subprocess.Popen(
         [sys.executable, "-m", "treespec.shared.cli.main", *args],
         stdout=subprocess.PIPE,
