@@ -18,9 +18,10 @@ PROMPT_TAIL_TOKENS = 16  # the prompt's last tokens, read for a reasoning end th
 
 
 async def start_chat(
-    state: GatewayState, body: ChatCompletionRequest, id_prefix: str
+    state: GatewayState, body: ChatCompletionRequest, id_prefix: str, prompt_param: str = "messages"
 ) -> tuple[GenerationRun, ChatReplies]:
-    """The request's generation (nothing sent yet) and how its text becomes replies."""
+    """The request's generation (nothing sent yet) and how its text becomes replies; `prompt_param`:
+    the request's field that a prompt error points at."""
     tools = _tool_calling(state, body)
     messages = template_messages(body.messages)
     prompt = await asyncio.to_thread(
@@ -33,7 +34,14 @@ async def start_chat(
     )
     reasoning, grammar_after = _reasoning(state, body, prompt)
     run = await GenerationRun.start(
-        state, body, [prompt], body.token_limit, "chat", id_prefix, grammar_after=grammar_after
+        state,
+        body,
+        [prompt],
+        body.token_limit,
+        "chat",
+        id_prefix,
+        grammar_after=grammar_after,
+        prompt_param=prompt_param,
     )
     return run, ChatReplies(reasoning, tools)
 

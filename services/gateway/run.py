@@ -14,7 +14,7 @@ from treespec.gateway.generation import ChoiceEnd, ChoiceJob, Event, run_choice
 from treespec.gateway.observation import Observation
 from treespec.gateway.outcome import Outcome
 from treespec.gateway.responses import MetaInfo, Usage
-from treespec.gateway.sampling import check_prompt, choice_jobs
+from treespec.gateway.sampling import check_prompt, choice_jobs, truncated
 from treespec.gateway.schemas import SamplingFields
 from treespec.gateway.sse import StreamUsage
 from treespec.gateway.state import GatewayState
@@ -41,13 +41,17 @@ class GenerationRun:
         id_prefix: str,
         echoes: Sequence[str] | None = None,
         grammar_after: str = "",
+        prompt_param: str = "prompt",
     ) -> GenerationRun:
-        """Check the prompts against the model (context length, vocabulary), plan the choices.
-        Nothing is sent to the verifier until `events` is iterated. `grammar_after`: a thinking
-        model's end of reasoning, after which the request's constraint holds ("": from the start)."""
+        """Cut the prompts to `truncate_prompt_tokens` where the request asks, check them against the
+        model (context length, vocabulary; `prompt_param` names the field an error points at), plan
+        the choices. Nothing is sent to the verifier until `events` is iterated. `grammar_after`: a
+        thinking model's end of reasoning, after which the request's constraint holds ("": from the
+        start)."""
         info = await state.verifier.model_info()
+        prompts = [truncated(p, body.truncate_prompt_tokens, info) for p in prompts]
         for prompt_ids in prompts:
-            check_prompt(prompt_ids, info, "messages" if operation == "chat" else "prompt")
+            check_prompt(prompt_ids, info, prompt_param)
         response_id = f"{id_prefix}-{uuid.uuid4().hex}"
         jobs = choice_jobs(body, prompts, token_limit, info, response_id, echoes, grammar_after)
         outcome = Outcome(len(jobs), sum(len(p) for p in prompts), body.n)

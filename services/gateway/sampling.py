@@ -35,6 +35,16 @@ def check_prompt(prompt_ids: Sequence[int], info: ModelInfo, param: str) -> None
         )
 
 
+def truncated(prompt_ids: list[int], keep: int | None, info: ModelInfo) -> list[int]:
+    """The prompt's last `keep` tokens (vLLM's truncate_prompt_tokens; -1: as many as leave room
+    for one new token; None: all of them)."""
+    if keep is None:
+        return prompt_ids
+    if keep == -1:
+        keep = max(1, info.context_length - 1)
+    return prompt_ids[-keep:]
+
+
 def check_token_ids(token_ids: Sequence[int], info: ModelInfo, param: str) -> None:
     if token_ids and max(token_ids) >= info.vocab_size > 0:
         message = f"Token ids must be below the vocabulary size {info.vocab_size}."

@@ -9,7 +9,8 @@ their calls back in the legacy shape).
 Structured output: OpenAI's `response_format` (json_object, json_schema) and vLLM's guided_json,
 guided_regex, guided_choice and guided_grammar, one at a time. Extensions after
 vLLM and SGLang: top_k, min_p, repetition_penalty, min_tokens, ignore_eos, stop_token_ids,
-include_stop_str_in_output, skip_special_tokens, return_tokens_as_token_ids, and a per-request
+include_stop_str_in_output, skip_special_tokens, return_tokens_as_token_ids,
+truncate_prompt_tokens, and a per-request
 `speculation` object; OpenAI's
 `reasoning_effort` is a chat template variable; vLLM's add_generation_prompt and
 continue_final_message say how the prompt ends (prompt_ending.py). A null
@@ -153,6 +154,8 @@ class SamplingFields(BaseModel):
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     return_tokens_as_token_ids: bool = False  # vLLM's: log-probabilities name tokens "token_id:N"
+    # vLLM's: keep only the prompt's last N tokens (-1: as many as leave room for one new token).
+    truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=MAX_TOKENS_LIMIT)
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     logit_bias: dict[str, float] | None = Field(default=None, max_length=MAX_LOGIT_BIAS)
@@ -221,6 +224,13 @@ class SamplingFields(BaseModel):
         """What the output must match (structured output); None: free text."""
         found = self._constraints()
         return found[0][1] if found else None
+
+    @field_validator("truncate_prompt_tokens")
+    @classmethod
+    def _keeps_some_tokens(cls, value: int | None) -> int | None:
+        if value == 0:
+            raise ValueError("truncate_prompt_tokens must be -1 or at least 1")
+        return value
 
     @field_validator("logit_bias")
     @classmethod
@@ -454,6 +464,15 @@ class CompletionRequest(SamplingFields):
             if len(value) > MAX_PROMPTS and not isinstance(value[0], int):
                 raise ValueError(f"at most {MAX_PROMPTS} prompts per request")
         return value
+
+    @model_validator(mode="after")
+    def _echo_echoes_the_whole_prompt(self) -> CompletionRequest:
+        if self.echo and self.truncate_prompt_tokens is not None:
+            raise PydanticCustomError(
+                "invalid_value",
+                "'echo' sends back the prompt as given: it cannot be combined with 'truncate_prompt_tokens'",
+            )
+        return self
 
     @model_validator(mode="after")
     def _best_of_is_n(self) -> CompletionRequest:

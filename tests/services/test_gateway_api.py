@@ -219,6 +219,23 @@ def test_continuous_usage_stats_put_each_choice_s_usage_in_every_chunk(
     assert all(c.usage is None for c in plain[:-1]) and plain[-1].usage is not None
 
 
+def test_truncate_prompt_tokens_keeps_the_prompt_s_last_tokens(
+    client: openai.OpenAI, tokenizer: PromptTokenizer
+) -> None:
+    """vLLM's `truncate_prompt_tokens`: the completion of the prompt's last N tokens, and its usage."""
+    ids = tokenizer.text_prompt(COUNTING)
+    cut = client.completions.create(
+        model=MODEL, prompt=COUNTING, max_tokens=4, temperature=0, extra_body={"truncate_prompt_tokens": 4}
+    )
+    tail = client.completions.create(model=MODEL, prompt=ids[-4:], max_tokens=4, temperature=0)
+    assert cut.choices[0].text == tail.choices[0].text
+    assert cut.usage is not None and cut.usage.prompt_tokens == 4
+    chat = client.chat.completions.create(
+        model=MODEL, messages=HI, max_tokens=2, temperature=0, extra_body={"truncate_prompt_tokens": 6}
+    )
+    assert chat.usage is not None and chat.usage.prompt_tokens == 6
+
+
 def test_stop_strings_cut_the_output(client: openai.OpenAI) -> None:
     full = client.completions.create(model=MODEL, prompt=COUNTING, max_tokens=12, temperature=0).choices[0]
     stop = full.text[6:9]  # a piece from the middle, which may span tokens

@@ -203,6 +203,7 @@ def test_text_format_constrains_the_output(client: openai.OpenAI) -> None:
         ),
         ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
         ({"input": "hi", "truncation": "auto"}, "truncation"),
+        ({"input": "hi " * 9000}, "input"),  # beyond the context
     ],
 )
 def test_bad_or_unsupported_requests_are_400_naming_the_field(

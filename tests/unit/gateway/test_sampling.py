@@ -7,7 +7,7 @@ import json
 import pytest
 
 from treespec.gateway.errors import APIError
-from treespec.gateway.sampling import check_prompt, choice_jobs, derive_seed
+from treespec.gateway.sampling import check_prompt, choice_jobs, derive_seed, truncated
 from treespec.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from treespec.gateway.verifier_client import ModelInfo, channel_target
 
@@ -127,6 +127,22 @@ def test_prompts_the_verifier_could_not_take(prompt: list[int], code: str) -> No
 
 def test_a_prompt_one_short_of_the_context_is_fine() -> None:
     check_prompt([1] * 49, INFO, "prompt")
+
+
+def test_truncate_prompt_tokens_keeps_the_prompt_s_end() -> None:
+    prompt = list(range(3, 63))  # 60 tokens: more than the context of 50
+    assert truncated(prompt, None, INFO) == prompt
+    assert truncated(prompt, 5, INFO) == prompt[-5:]
+    assert truncated(prompt[:3], 5, INFO) == prompt[:3]
+    assert truncated(prompt, -1, INFO) == prompt[-49:]  # room for one new token
+    check_prompt(truncated(prompt, -1, INFO), INFO, "prompt")
+    for bad in ({"truncate_prompt_tokens": 0}, {"truncate_prompt_tokens": -2}):
+        with pytest.raises(ValueError, match="truncate_prompt_tokens"):
+            CompletionRequest.model_validate({"model": "m", "prompt": "x", **bad})
+    with pytest.raises(ValueError, match="echo"):
+        CompletionRequest.model_validate(
+            {"model": "m", "prompt": "x", "echo": True, "truncate_prompt_tokens": 2}
+        )
 
 
 def test_channel_targets() -> None:
