@@ -13,7 +13,8 @@ include_stop_str_in_output, skip_special_tokens, return_tokens_as_token_ids,
 truncate_prompt_tokens, and a per-request
 `speculation` object; OpenAI's
 `reasoning_effort` is a chat template variable; vLLM's add_generation_prompt and
-continue_final_message say how the prompt ends (prompt_ending.py). A null
+continue_final_message say how the prompt ends (prompt_ending.py), and its chat `echo` starts the
+reply with a continued assistant message. A null
 stands for the field's default, as in OpenAI; text with a lone surrogate (valid JSON, not valid
 Unicode) is refused.
 """
@@ -291,6 +292,9 @@ class ChatCompletionRequest(SamplingFields, PromptEndingFields):
     # OpenAI's effort for reasoning models: the chat template's variable `reasoning_effort` (gpt-oss's
     # template reads it; a template that does not ignores it).
     reasoning_effort: ReasoningEffort | None = None
+    # vLLM's: the reply starts with the final message's text when that is the assistant's (with
+    # continue_final_message, the whole assistant message comes back).
+    echo: bool | None = None
     # OpenAI's deprecated function calling: tools of type "function", and a tool_choice without
     # "required"; declared after `tools` and `tool_choice`, which their validator reads.
     functions: list[FunctionDef] | None = Field(default=None, max_length=MAX_TOOLS)
@@ -335,6 +339,12 @@ class ChatCompletionRequest(SamplingFields, PromptEndingFields):
                 "'reasoning_effort' and chat_template_kwargs['reasoning_effort'] differ; give one of them",
             )
         return self
+
+    @property
+    def echoed(self) -> str:
+        """The text the reply starts with (`echo`): the final message's, if it is the assistant's."""
+        last = self.messages[-1]
+        return last.text if self.echo and last.role == "assistant" else ""
 
     @property
     def template_kwargs(self) -> dict[str, Any] | None:

@@ -103,6 +103,19 @@ def test_continue_final_message_continues_the_assistant_s_reply(
     assert reply.choices[0].message.content == completion.choices[0].text != ""
     assert reply.usage is not None and reply.usage.prompt_tokens == len(ids)
     opened = http.post("/tokenize", json={"messages": begun}).json()["tokens"]
+    # vLLM's `echo`: the reply starts with the begun one, whole and streamed.
+    echo: Any = {"continue_final_message": True, "echo": True}
+    whole = client.chat.completions.create(
+        model=MODEL, messages=begun, max_tokens=6, temperature=0, extra_body=echo
+    )
+    assert whole.choices[0].message.content == "1, 2, 3, 4," + completion.choices[0].text
+    streamed = client.chat.completions.create(
+        model=MODEL, messages=begun, max_tokens=6, temperature=0, stream=True, extra_body=echo
+    )
+    assert (
+        "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
+        == whole.choices[0].message.content
+    )
     # By default the reply is closed and a new turn opened after the same tokens.
     assert opened[: len(ids)] == ids and len(opened) > len(ids)
     with pytest.raises(openai.BadRequestError) as caught:

@@ -42,7 +42,8 @@ async def chat_completions(
     if body.stream:
         events = await cancel_on_disconnect(request, primed(run.events()))
         usage = StreamUsage(body.include_usage, body.continuous_usage)
-        return event_stream(_stream(run, events, usage, lp_format if body.logprobs else None, replies))
+        logprobs = lp_format if body.logprobs else None
+        return event_stream(_stream(run, events, usage, logprobs, replies, body.echoed))
     outcome = await cancel_on_disconnect(request, run.collect())
     response = ChatCompletion(
         id=run.id,
@@ -55,6 +56,7 @@ async def chat_completions(
                 outcome.finish_reason(job.index),
                 replies,
                 lp_format.chat([e for e, _ in outcome.logprobs(job.index)]) if body.logprobs else None,
+                body.echoed,
             )
             for job in run.jobs
         ],
@@ -65,12 +67,17 @@ async def chat_completions(
 
 
 def _choice(
-    index: int, text: str, finish_reason: str, replies: ChatReplies, logprobs: ChatLogprobs | None
+    index: int,
+    text: str,
+    finish_reason: str,
+    replies: ChatReplies,
+    logprobs: ChatLogprobs | None,
+    echoed: str = "",
 ) -> ChatChoice:
-    """A whole reply: its reasoning, its text, and the tool calls it made."""
+    """A whole reply: its reasoning, its text (after the echoed message's), and the tool calls it made."""
     reply = replies.message(text, finish_reason)
     message = ChatMessageOut(
-        content=reply.content,
+        content=echoed + (reply.content or "") if echoed else reply.content,
         reasoning_content=reply.reasoning,
         tool_calls=reply.tool_calls,
         function_call=reply.function_call,
@@ -84,6 +91,7 @@ async def _stream(
     usage: StreamUsage,
     logprobs: LogprobFormat | None,
     replies: ChatReplies,
+    echoed: str = "",
 ) -> AsyncIterator[bytes]:
     deltas = replies.stream()
 
@@ -93,7 +101,7 @@ async def _stream(
         )
 
     for job in run.jobs:
-        yield chunk(ChatChunkChoice(index=job.index, delta={"role": "assistant", "content": ""}), None)
+        yield chunk(ChatChunkChoice(index=job.index, delta={"role": "assistant", "content": echoed}), None)
     try:
         async for event in events:
             if isinstance(event, TextDelta):

@@ -324,6 +324,13 @@ def test_the_prompt_opens_the_assistant_s_turn_unless_the_final_message_is_conti
     assert _refusal(ChatCompletionRequest, both)[0] == "invalid_value"
 
 
+def test_echo_repeats_only_an_assistant_s_final_message() -> None:
+    begun = [*MESSAGES, {"role": "assistant", "content": [{"type": "text", "text": "Sure"}]}]
+    assert _chat(messages=begun, echo=True).echoed == "Sure"
+    assert _chat(messages=begun).echoed == "" and _chat(messages=begun, echo=None).echoed == ""
+    assert _chat(echo=True).echoed == ""  # the final message is the user's
+
+
 def test_reasoning_effort_reaches_the_template_as_a_variable() -> None:
     assert _chat().template_kwargs is None
     thinking = {"enable_thinking": False}
