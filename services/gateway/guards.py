@@ -1,6 +1,6 @@
 """What every /v1 request must carry, checked before routing (so before the body is read): the API
 key when keys are configured (401 otherwise), a declared body size within the limit (413), and a
-JSON body on POST (415 otherwise). /health and /metrics stay open."""
+JSON body on POST (415 otherwise). /health, /metrics and /version stay open."""
 
 from __future__ import annotations
 

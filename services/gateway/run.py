@@ -52,7 +52,7 @@ class GenerationRun:
         prompts = [truncated(p, body.truncate_prompt_tokens, info) for p in prompts]
         for prompt_ids in prompts:
             check_prompt(prompt_ids, info, prompt_param)
-        response_id = f"{id_prefix}-{uuid.uuid4().hex}"
+        response_id = f"{id_prefix}{uuid.uuid4().hex}"
         jobs = choice_jobs(body, prompts, token_limit, info, response_id, echoes, grammar_after)
         outcome = Outcome(len(jobs), sum(len(p) for p in prompts), body.n)
         observation = Observation(state.metrics, state.tracer, operation, body, token_limit, response_id)

@@ -5,6 +5,7 @@ httpx. Bad input: test_gateway_errors.py."""
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import time
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,12 @@ def _extra(obj: Any, name: str) -> Any:
 def test_models(client: openai.OpenAI) -> None:
     (model,) = client.models.list().data
     assert model.id == MODEL and model.object == "model"
+
+
+def test_version_is_open(url: str) -> None:
+    """vLLM's GET /version: the installed treespec's version, without an API key."""
+    got = httpx.get(f"{url}/version")
+    assert got.status_code == 200 and got.json() == {"version": importlib.metadata.version("treespec")}
 
 
 def test_model_retrieve(client: openai.OpenAI, url: str) -> None:

@@ -49,7 +49,7 @@ def _chat_text(client: openai.OpenAI, messages: list[ChatCompletionMessageParam]
 def test_a_response_is_the_chat_reply_to_the_same_conversation(client: openai.OpenAI) -> None:
     response = client.responses.create(model=MODEL, input="Say hello.", max_output_tokens=8, temperature=0)
     text, chat = _chat_text(client, [{"role": "user", "content": "Say hello."}], 8)
-    assert response.object == "response" and response.model == MODEL
+    assert response.object == "response" and response.model == MODEL and response.id.startswith("resp_")
     assert response.output_text == text
     (message,) = response.output
     assert message.type == "message" and message.role == "assistant"

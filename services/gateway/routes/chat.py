@@ -37,7 +37,7 @@ async def chat_completions(
     body: ChatCompletionRequest, request: Request, state: Annotated[GatewayState, Depends(gateway_state)]
 ) -> Response:
     state.check_model(body.model)
-    run, replies = await start_chat(state, body, "chatcmpl")
+    run, replies = await start_chat(state, body, "chatcmpl-")
     lp_format = LogprobFormat(state.tokenizer.token_texts, body.return_tokens_as_token_ids)
     if body.stream:
         events = await cancel_on_disconnect(request, primed(run.events()))

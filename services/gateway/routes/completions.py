@@ -31,7 +31,9 @@ async def completions(
     state.check_model(body.model)
     prompts = await asyncio.to_thread(_tokenize, state.tokenizer, body.prompts)
     echoes = await asyncio.to_thread(_echoes, state.tokenizer, body.prompts) if body.echo else None
-    run = await GenerationRun.start(state, body, prompts, body.token_limit, "text_completion", "cmpl", echoes)
+    run = await GenerationRun.start(
+        state, body, prompts, body.token_limit, "text_completion", "cmpl-", echoes
+    )
     lp_format = LogprobFormat(state.tokenizer.token_texts, body.return_tokens_as_token_ids)
     if body.stream:
         events = await cancel_on_disconnect(request, primed(run.events()))

@@ -1,7 +1,9 @@
-"""GET /health (200 while a verifier answers, else 503) and GET /metrics (Prometheus text)."""
+"""GET /health (200 while a verifier answers, else 503), GET /metrics (Prometheus text) and GET /version
+(vLLM's: the server's version), all open without an API key."""
 
 from __future__ import annotations
 
+from importlib.metadata import version as package_version
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
@@ -24,3 +26,8 @@ async def health(state: Annotated[GatewayState, Depends(gateway_state)]) -> Resp
 @router.get("/metrics")
 async def metrics(state: Annotated[GatewayState, Depends(gateway_state)]) -> Response:
     return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/version")
+async def version() -> JSONResponse:
+    return JSONResponse({"version": package_version("treespec")})

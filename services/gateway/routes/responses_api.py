@@ -33,7 +33,7 @@ async def create_response(
     body: ResponsesRequest, request: Request, state: Annotated[GatewayState, Depends(gateway_state)]
 ) -> Response:
     state.check_model(body.model)
-    run, replies = await start_chat(state, body.chat_request(), "resp", prompt_param="input")
+    run, replies = await start_chat(state, body.chat_request(), "resp_", prompt_param="input")
     if body.streams:
         events = await cancel_on_disconnect(request, primed(run.events()))
         return event_stream(_stream(body, run, events, replies))
