@@ -37,7 +37,6 @@ from treespec.drafter.eagle.config import EagleConfig
 from treespec.drafter.eagle.head_config import EagleFormat
 from treespec.drafter.ngram.config import NgramConfig
 from treespec.shared.cli.eagle_flags import drafting_options
-from treespec.shared.cli.speculation_flags import resolve_budget
 from treespec.shared.drafting.drafter import Drafter, DrafterContext
 from treespec.shared.drafting.registry import create_drafter
 from treespec.shared.drafting.target_access import LocalTargetAccess
@@ -72,11 +71,7 @@ class EagleBenchArgs(runs.BenchArgs):
     def _fields(cls, ns: argparse.Namespace) -> dict[str, Any]:
         options = {"draft_path": str(ns.draft_path)} if ns.draft_path else {}
         options.update(drafting_options(ns))
-        budget = resolve_budget(ns, DRAFTER, {})
-        spec = SpeculationParams(
-            num_steps=budget.num_steps, eagle_topk=budget.eagle_topk, num_draft_tokens=budget.num_draft_tokens
-        )
-        spec.validate()
+        spec = runs.flag_speculation(ns, DRAFTER)
         head = EagleConfig.from_options(options).head_path(EagleFormat.EAGLE3)  # bad options fail here too
         if not (head / "config.json").is_file():  # fails here, before the model loads
             raise ValueError(f"no EAGLE-3 head in {head} (no config.json)")
@@ -207,14 +202,6 @@ def _figures(tallies: Mapping[str, Tally]) -> dict[str, Any]:
     return {**figures, "targets": runs.check_targets(figures, TARGETS)}
 
 
-def _budget(spec: SpeculationParams) -> dict[str, int]:
-    return {
-        "num_steps": spec.num_steps,
-        "eagle_topk": spec.eagle_topk,
-        "num_draft_tokens": spec.num_draft_tokens,
-    }
-
-
 def _payload(
     args: EagleBenchArgs,
     prompts: list[BenchPrompt],
@@ -233,14 +220,14 @@ def _payload(
             args,
             len(prompts),
             eagle3_head=str(args.head_path),
-            eagle3_budget=_budget(args.speculation),
+            eagle3_budget=runs.budget_figures(args.speculation),
             eagle3_colocated="a `treespec drafter --kind eagle3 --colocate` process (shared memory; "
             "the Draft stream over its local socket)",
             eagle3_ngram="the same head, its trees merged with n-gram trees (--speculative-eagle-ngram)",
             draft_deadline_s=args.deadline_s,
             openmp_wait=openmp_wait(os.environ),
             colocated_openmp_wait=openmp_wait({**os.environ, **shared_core_env(os.environ)}),
-            ngram_budget=_budget(ngram_spec),
+            ngram_budget=runs.budget_figures(ngram_spec),
             ngram_memory="in-process",
             verify_cost=node_cost.report(),
             hf="generate, greedy, fp32",

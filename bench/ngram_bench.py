@@ -157,21 +157,11 @@ def _payload(
         **_figures(t.overall),
         "ngram_vs_hf_pld": runs.ratio(ngram.tps, pld.tps),
         **greedy.figures(),
-        "per_category": {
-            c: {
-                "prompts": sum(p.category == c for p in prompts),
-                **_figures({m: t.by_category[m][c] for m in METHODS}),
-            }
-            for c in t.categories()
-        },
+        "per_category": runs.per_category(prompts, t, METHODS, _figures),
         "setup": runs.setup(
             args,
             len(prompts),
-            budget={
-                "num_draft_tokens": spec.num_draft_tokens,
-                "num_steps": spec.num_steps,
-                "eagle_topk": spec.eagle_topk,
-            },
+            budget=runs.budget_figures(spec),
             ngram_options={k: v for k, v in args.options.items() if k != "redis_url"},
             memory=_memory(args.options.get("redis_url")),
             verify_cost=node_cost.report(),

@@ -21,7 +21,7 @@ from treespec.bench.greedy_match import NextLogits, compare_greedy
 from treespec.bench.prompts import BenchPrompt, chat_prompt_ids, default_prompts_path
 from treespec.bench.report import format_table, write_json
 from treespec.bench.throughput import Tally, Throughput
-from treespec.shared.cli.speculation_flags import check_costs
+from treespec.shared.cli.speculation_flags import check_costs, resolve_budget
 from treespec.shared.drafting.drafter import Drafter
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.store import models_dir, resolve_model_path
@@ -362,6 +362,26 @@ class NodeCost:
             "row_ms": round(self.measured.row_s * 1e3, 3),
             "tree_ms": round(self.measured.tree_s * 1e3, 3),
         }
+
+
+def flag_speculation(ns: argparse.Namespace, algorithm: str) -> SpeculationParams:
+    """The tree budget the --speculative-* flags give (the algorithm's defaults where not given),
+    checked before a model loads."""
+    budget = resolve_budget(ns, algorithm, {})
+    spec = SpeculationParams(
+        num_steps=budget.num_steps, eagle_topk=budget.eagle_topk, num_draft_tokens=budget.num_draft_tokens
+    )
+    spec.validate()
+    return spec
+
+
+def budget_figures(spec: SpeculationParams) -> dict[str, int]:
+    """A tree budget as a record's setup lists it."""
+    return {
+        "num_steps": spec.num_steps,
+        "eagle_topk": spec.eagle_topk,
+        "num_draft_tokens": spec.num_draft_tokens,
+    }
 
 
 def setup(args: BenchArgs, prompts: int, **extra: Any) -> dict[str, Any]:

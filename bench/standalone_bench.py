@@ -22,7 +22,6 @@ from treespec.bench.greedy_match import hf_next_logits
 from treespec.bench.prompts import BenchPrompt, chat_prompt_ids, load_prompts
 from treespec.bench.throughput import Tally, Throughput
 from treespec.drafter.standalone.config import StandaloneConfig
-from treespec.shared.cli.speculation_flags import resolve_budget
 from treespec.shared.drafting.drafter import Drafter, DrafterContext
 from treespec.shared.drafting.registry import create_drafter
 from treespec.shared.model.loader import load_model
@@ -42,11 +41,7 @@ class StandaloneBenchArgs(runs.BenchArgs):
     def _fields(cls, ns: argparse.Namespace) -> dict[str, Any]:
         options: dict[str, Any] = {"draft_path": ns.draft_path}
         StandaloneConfig.from_options(options).check_path()  # fails here, before a model loads
-        budget = resolve_budget(ns, DRAFTER, {})
-        spec = SpeculationParams(
-            num_steps=budget.num_steps, eagle_topk=budget.eagle_topk, num_draft_tokens=budget.num_draft_tokens
-        )
-        spec.validate()
+        spec = runs.flag_speculation(ns, DRAFTER)
         return {**super()._fields(ns), "options": options, "speculation": spec}
 
 
@@ -142,11 +137,7 @@ def _payload(
             args,
             len(prompts),
             draft_model=str(args.options["draft_path"]),
-            budget={
-                "num_draft_tokens": spec.num_draft_tokens,
-                "num_steps": spec.num_steps,
-                "eagle_topk": spec.eagle_topk,
-            },
+            budget=runs.budget_figures(spec),
             verify_cost=node_cost.report(),
             hf="generate(assistant_model=the draft model), fp32",
         ),
