@@ -1,10 +1,10 @@
-"""Field types and the model configuration the API's request bodies share."""
+"""Field types, validators and the model configuration the API's request bodies share."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, ConfigDict, Field, ValidationInfo
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo
 from pydantic_core import PydanticCustomError
 
 TOKEN_ID_MAX = 2**32 - 1
@@ -80,3 +80,10 @@ def unsupported(value: Any, info: ValidationInfo) -> Any:
     raise PydanticCustomError(
         "unsupported_parameter", "'{name}' is not supported by this server", {"name": info.field_name}
     )
+
+
+def null_is_default(cls: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
+    """OpenAI reads null as "not given" (clients send it for options they leave unset)."""
+    if value is None and info.field_name is not None:
+        return cls.model_fields[info.field_name].get_default(call_default_factory=True)
+    return value

@@ -35,7 +35,20 @@ from pydantic_core import PydanticCustomError
 from treespec.gateway.chat_messages import ChatMessage
 from treespec.gateway.errors import quotable
 from treespec.gateway.prompt_ending import PromptEndingFields
-from treespec.gateway.schema_types import STRICT, TemplateKwargs, TokenId, UnicodeText, unsupported
+from treespec.gateway.request_options import (
+    ReasoningEffort,
+    ResponseFormat,
+    SpeculationOptions,
+    StreamOptions,
+)
+from treespec.gateway.schema_types import (
+    STRICT,
+    TemplateKwargs,
+    TokenId,
+    UnicodeText,
+    null_is_default,
+    unsupported,
+)
 from treespec.gateway.tool_calls import ANY_OBJECT, ToolCallMode
 from treespec.gateway.tool_schemas import (
     MAX_TOOLS,
@@ -64,66 +77,9 @@ DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
 StopList = Annotated[list[UnicodeText], Field(max_length=MAX_STOP_STRINGS)]
 ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
-ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]  # OpenAI's values
 
 # OpenAI's deprecated function-calling fields, and the newer ones each stands for.
 _LEGACY_TOOL_FIELDS = {"functions": "tools", "function_call": "tool_choice"}
-
-
-def _null_is_default(cls: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
-    """OpenAI reads null as "not given" (clients send it for options they leave unset)."""
-    if value is None and info.field_name is not None:
-        return cls.model_fields[info.field_name].get_default(call_default_factory=True)
-    return value
-
-
-class StreamOptions(BaseModel):
-    model_config = STRICT
-    include_usage: bool = False
-    # vLLM's: with include_usage, every chunk carries its choice's usage so far too.
-    continuous_usage_stats: bool = False
-
-    _defaults_for_null = field_validator("include_usage", "continuous_usage_stats", mode="before")(
-        _null_is_default
-    )
-
-
-class SpeculationOptions(BaseModel):
-    """Per-request speculation settings (SGLang's names); absent fields take the verifier's."""
-
-    model_config = STRICT
-    enabled: bool | None = None
-    num_steps: int | None = Field(default=None, ge=1, le=64)
-    eagle_topk: int | None = Field(default=None, ge=1, le=64)
-    num_draft_tokens: int | None = Field(default=None, ge=1, le=1024)
-
-
-class JsonSchemaFormat(BaseModel):
-    """OpenAI's `response_format.json_schema`: a name, and the schema the output must follow."""
-
-    model_config = STRICT
-    name: str = Field(min_length=1, max_length=64)
-    description: str | None = None
-    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
-    strict: bool | None = None
-
-
-class ResponseFormat(BaseModel):
-    model_config = STRICT
-    type: Literal["text", "json_object", "json_schema"]
-    json_schema: JsonSchemaFormat | None = None
-
-    @model_validator(mode="after")
-    def _schema_with_its_type(self) -> ResponseFormat:
-        if self.type == "json_schema" and self.json_schema is None:
-            raise PydanticCustomError(
-                "missing", "'response_format.json_schema' is required when its type is 'json_schema'"
-            )
-        if self.type != "json_schema" and self.json_schema is not None:
-            raise PydanticCustomError(
-                "invalid_value", "'response_format.json_schema' is only allowed with type 'json_schema'"
-            )
-        return self
 
 
 # What the output must match: (kind, value), kind a field of the wire's OutputConstraint.
@@ -176,7 +132,7 @@ class SamplingFields(BaseModel):
         "skip_special_tokens",
         "return_tokens_as_token_ids",
         mode="before",
-    )(_null_is_default)
+    )(null_is_default)
 
     @model_validator(mode="after")
     def _stream_options_need_stream(self) -> SamplingFields:

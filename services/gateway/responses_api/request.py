@@ -31,8 +31,9 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from treespec.gateway.errors import quotable, validation_error
+from treespec.gateway.request_options import ReasoningEffort, SpeculationOptions
 from treespec.gateway.schema_types import STRICT, UnicodeText, unsupported
-from treespec.gateway.schemas import ChatCompletionRequest, ReasoningEffort, SpeculationOptions
+from treespec.gateway.schemas import ChatCompletionRequest
 from treespec.gateway.tool_schemas import FUNCTION_NAME, MAX_TOOLS, FunctionDef
 
 MAX_INPUT_ITEMS = 4096
