@@ -19,6 +19,7 @@ KEY = "sk-treespec-test"  # the gateway's API key in the gateway tests
 MODEL = "SmolLM2-135M-Instruct"
 HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello."}]
 CHAT = "/v1/chat/completions"
+COUNTING = "1, 2, 3, 4,"  # a prompt whose greedy completion is known to go on counting
 
 
 def chat_body(**fields: Any) -> dict[str, Any]:

@@ -21,7 +21,16 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import CollectorRegistry
 
-from tests.services.gateway_stack import CHAT, HI, KEY, MODEL, chat_body, completion_body, start_gateway
+from tests.services.gateway_stack import (
+    CHAT,
+    COUNTING,
+    HI,
+    KEY,
+    MODEL,
+    chat_body,
+    completion_body,
+    start_gateway,
+)
 from treespec.gateway.app import create_app
 from treespec.gateway.config import GatewayConfig
 from treespec.gateway.tokenizer import PromptTokenizer
@@ -29,8 +38,6 @@ from treespec.shared.launcher.ports import free_port
 from treespec.v1 import verifier_pb2, verifier_pb2_grpc
 
 pytestmark = pytest.mark.slow
-
-COUNTING = "1, 2, 3, 4,"
 
 
 def _extra(obj: Any, name: str) -> Any:
@@ -75,64 +82,6 @@ def test_chat_non_streaming(client: openai.OpenAI, tokenizer: PromptTokenizer) -
     meta = _extra(reply, "meta_info")
     assert meta["spec_verify_steps"] >= 1 and meta["spec_drafted_tokens"] > 0  # random drafts
     assert meta["spec_accept_length"] >= 1.0
-
-
-def test_reasoning_effort_is_a_template_variable(client: openai.OpenAI) -> None:
-    """The SDK's `reasoning_effort` reaches the chat template; SmolLM2's reads no such variable, so the
-    prompt and the greedy reply are those without it; a value OpenAI does not know is a 400."""
-    plain = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=6, temperature=0)
-    low = client.chat.completions.create(
-        model=MODEL, messages=HI, max_tokens=6, temperature=0, reasoning_effort="low"
-    )
-    assert low.choices[0].message.content == plain.choices[0].message.content
-    assert low.usage == plain.usage
-    with pytest.raises(openai.BadRequestError) as caught:
-        client.chat.completions.create(
-            model=MODEL, messages=HI, max_tokens=6, extra_body={"reasoning_effort": "extreme"}
-        )
-    assert caught.value.param == "reasoning_effort"
-
-
-def test_continue_final_message_continues_the_assistant_s_reply(
-    client: openai.OpenAI, http: httpx.Client
-) -> None:
-    """vLLM's `continue_final_message`: the prompt ends inside the assistant's begun reply, and the
-    reply holds only what the model wrote after it: the completion of those very prompt tokens."""
-    begun: list[ChatCompletionMessageParam] = [
-        {"role": "user", "content": "Count from one to ten."},
-        {"role": "assistant", "content": "1, 2, 3, 4,"},
-    ]
-    ids = http.post("/tokenize", json={"messages": begun, "continue_final_message": True}).json()["tokens"]
-    reply = client.chat.completions.create(
-        model=MODEL, messages=begun, max_tokens=6, temperature=0, extra_body={"continue_final_message": True}
-    )
-    completion = client.completions.create(model=MODEL, prompt=ids, max_tokens=6, temperature=0)
-    assert reply.choices[0].message.content == completion.choices[0].text != ""
-    assert reply.usage is not None and reply.usage.prompt_tokens == len(ids)
-    opened = http.post("/tokenize", json={"messages": begun}).json()["tokens"]
-    # vLLM's `echo`: the reply starts with the begun one, whole and streamed.
-    echo: Any = {"continue_final_message": True, "echo": True}
-    whole = client.chat.completions.create(
-        model=MODEL, messages=begun, max_tokens=6, temperature=0, extra_body=echo
-    )
-    assert whole.choices[0].message.content == "1, 2, 3, 4," + completion.choices[0].text
-    streamed = client.chat.completions.create(
-        model=MODEL, messages=begun, max_tokens=6, temperature=0, stream=True, extra_body=echo
-    )
-    assert (
-        "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
-        == whole.choices[0].message.content
-    )
-    # By default the reply is closed and a new turn opened after the same tokens.
-    assert opened[: len(ids)] == ids and len(opened) > len(ids)
-    with pytest.raises(openai.BadRequestError) as caught:
-        client.chat.completions.create(
-            model=MODEL,
-            messages=begun,
-            max_tokens=2,
-            extra_body={"continue_final_message": True, "add_generation_prompt": True},
-        )
-    assert "continue_final_message" in caught.value.message
 
 
 def test_chat_streaming_matches_non_streaming(client: openai.OpenAI) -> None:
@@ -191,69 +140,6 @@ def test_completions_streaming(client: openai.OpenAI) -> None:
     chunks = list(stream)
     assert "".join(c.choices[0].text for c in chunks if c.choices) == whole.choices[0].text
     assert chunks[-1].usage == whole.usage
-
-
-def test_continuous_usage_stats_put_each_choice_s_usage_in_every_chunk(
-    client: openai.OpenAI, tokenizer: PromptTokenizer
-) -> None:
-    """vLLM's `stream_options.continuous_usage_stats`: with include_usage, every chunk carries its
-    choice's usage so far, rising to what the choice ends with; the last chunk still holds the
-    request's total (both choices)."""
-    options: Any = {"include_usage": True, "continuous_usage_stats": True}
-    prompt_tokens = len(tokenizer.text_prompt(COUNTING))
-    chunks = list(
-        client.completions.create(
-            model=MODEL,
-            prompt=COUNTING,
-            max_tokens=5,
-            n=2,
-            seed=1,
-            stream=True,
-            stream_options=options,
-            extra_body={"ignore_eos": True},
-        )
-    )
-    *per_choice, total = chunks
-    assert total.choices == [] and total.usage is not None and total.usage.completion_tokens == 10
-    for index in (0, 1):
-        counts = []
-        for c in per_choice:
-            if c.choices[0].index == index:
-                assert c.usage is not None and c.usage.prompt_tokens == prompt_tokens
-                assert c.usage.total_tokens == prompt_tokens + c.usage.completion_tokens
-                counts.append(c.usage.completion_tokens)
-        assert counts == sorted(counts) and counts[0] >= 1 and counts[-1] == 5
-    chat = list(
-        client.chat.completions.create(
-            model=MODEL, messages=HI, max_tokens=4, temperature=0, stream=True, stream_options=options
-        )
-    )
-    assert chat[0].usage is not None and chat[0].usage.completion_tokens == 0  # the role's chunk
-    assert chat[-2].choices[0].finish_reason and chat[-2].usage == chat[-1].usage
-    # include_usage alone: the total at the end, none in between
-    plain = list(
-        client.chat.completions.create(
-            model=MODEL, messages=HI, max_tokens=4, stream=True, stream_options={"include_usage": True}
-        )
-    )
-    assert all(c.usage is None for c in plain[:-1]) and plain[-1].usage is not None
-
-
-def test_truncate_prompt_tokens_keeps_the_prompt_s_last_tokens(
-    client: openai.OpenAI, tokenizer: PromptTokenizer
-) -> None:
-    """vLLM's `truncate_prompt_tokens`: the completion of the prompt's last N tokens, and its usage."""
-    ids = tokenizer.text_prompt(COUNTING)
-    cut = client.completions.create(
-        model=MODEL, prompt=COUNTING, max_tokens=4, temperature=0, extra_body={"truncate_prompt_tokens": 4}
-    )
-    tail = client.completions.create(model=MODEL, prompt=ids[-4:], max_tokens=4, temperature=0)
-    assert cut.choices[0].text == tail.choices[0].text
-    assert cut.usage is not None and cut.usage.prompt_tokens == 4
-    chat = client.chat.completions.create(
-        model=MODEL, messages=HI, max_tokens=2, temperature=0, extra_body={"truncate_prompt_tokens": 6}
-    )
-    assert chat.usage is not None and chat.usage.prompt_tokens == 6
 
 
 def test_stop_strings_cut_the_output(client: openai.OpenAI) -> None:
