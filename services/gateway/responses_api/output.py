@@ -82,7 +82,7 @@ class ResponseOutput:
 
     def _grow(self, kind: ItemKind, text: str) -> list[Event]:
         events: list[Event] = []
-        item = self.items[-1] if self.items and not self.items[-1].done else None
+        item = self._open_item
         if item is None or item.kind != kind:
             events += self._close("completed")
             item = self._open(kind, -1)
@@ -95,7 +95,7 @@ class ResponseOutput:
         function = call.get("function") or {}
         index = int(call.get("index", 0))
         events: list[Event] = []
-        current = self.items[-1] if self.items and not self.items[-1].done else None
+        current = self._open_item
         if current is None or current.kind != "function_call" or current.call_index != index:
             events += self._close("completed")
             current = self._open("function_call", index)
@@ -139,7 +139,7 @@ class ResponseOutput:
         return {"type": kind, **self._where(item), "delta": text, **extra}
 
     def _close(self, status: str) -> list[Event]:
-        item = self.items[-1] if self.items and not self.items[-1].done else None
+        item = self._open_item
         if item is None:
             return []
         item.done = True
@@ -167,6 +167,11 @@ class ResponseOutput:
             {"type": "response.output_item.done", "output_index": item.index, "item": item.body(status)}
         )
         return events
+
+    @property
+    def _open_item(self) -> _Item | None:
+        """The item still growing (None: none, or the last one is done)."""
+        return self.items[-1] if self.items and not self.items[-1].done else None
 
     @staticmethod
     def _where(item: _Item) -> dict[str, Any]:
