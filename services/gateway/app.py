@@ -16,7 +16,16 @@ from treespec.gateway.config import GatewayConfig
 from treespec.gateway.errors import APIError, install_error_handlers
 from treespec.gateway.guards import RequestGuard
 from treespec.gateway.metrics import GatewayMetrics, RequestCounter
-from treespec.gateway.routes import chat, completions, models, ops, responses_api, tokenize
+from treespec.gateway.responses_api.store import ResponseStore
+from treespec.gateway.routes import (
+    chat,
+    completions,
+    models,
+    ops,
+    responses_api,
+    stored_responses,
+    tokenize,
+)
 from treespec.gateway.state import GatewayState
 from treespec.gateway.tokenizer import PromptTokenizer
 from treespec.gateway.verifier_client import VerifierClient
@@ -41,6 +50,7 @@ def create_app(
     provider = tracer_provider or trace.get_tracer_provider()
     metrics = GatewayMetrics(registry if registry is not None else CollectorRegistry())
     tokenizer = PromptTokenizer(config.model_path)
+    responses = ResponseStore(config.responses_store_size)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -51,7 +61,7 @@ def create_app(
             attempts=config.model_info_attempts,
         )
         app.state.gateway = GatewayState(
-            config, tokenizer, verifier, metrics, provider.get_tracer(TRACER_NAME)
+            config, tokenizer, verifier, metrics, provider.get_tracer(TRACER_NAME), responses
         )
         warm_up = asyncio.create_task(_warm_up(verifier))
         try:
@@ -67,7 +77,7 @@ def create_app(
         strict_content_type=False,  # no Content-Type is read as JSON; a wrong one is refused (guards)
     )
     install_error_handlers(app)
-    for module in (chat, completions, models, ops, responses_api, tokenize):
+    for module in (chat, completions, models, ops, responses_api, stored_responses, tokenize):
         # The limit per route, not per app: the app-wide one answers a too-large Content-Length in
         # plain text, where RequestGuard answers it in OpenAI's JSON before any route runs.
         app.include_router(module.router, max_body_size=config.max_body_bytes)

@@ -9,6 +9,7 @@ from treespec.gateway.reasoning_parsers import REASONING_PARSERS
 from treespec.gateway.tool_parsers import TOOL_CALL_PARSERS
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
+DEFAULT_RESPONSES_STORE_SIZE = 1024
 
 
 @dataclass(frozen=True)
@@ -29,12 +30,17 @@ class GatewayConfig:
     tool_call_parser: str | None = None
     # Thinking models: splits the reasoning off the answer (a name in REASONING_PARSERS); None: all text.
     reasoning_parser: str | None = None
+    # Responses API responses kept for previous_response_id and GET (the least recently used go
+    # first); 0: none is kept.
+    responses_store_size: int = DEFAULT_RESPONSES_STORE_SIZE
 
     def __post_init__(self) -> None:
         if not self.verifier_addresses:
             raise ValueError("at least one verifier address is required")
         if self.max_body_bytes < 1:
             raise ValueError("max_body_bytes must be positive")
+        if self.responses_store_size < 0:
+            raise ValueError("responses_store_size cannot be negative")
         if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_CALL_PARSERS:
             known = ", ".join(sorted(TOOL_CALL_PARSERS))
             raise ValueError(f"unknown tool-call parser {self.tool_call_parser!r} (known: {known})")

@@ -7,9 +7,10 @@ import logging
 import sys
 from pathlib import Path
 
+from treespec.gateway.config import DEFAULT_RESPONSES_STORE_SIZE
 from treespec.gateway.reasoning_parsers import REASONING_PARSERS
 from treespec.gateway.tool_parsers import TOOL_CALL_PARSERS
-from treespec.shared.cli.arg_types import port, positive_int
+from treespec.shared.cli.arg_types import non_negative_int, port, positive_int
 from treespec.shared.model.store import models_dir, resolve_model_path
 
 
@@ -17,8 +18,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p = subparsers.add_parser(
         "gateway",
         help="the OpenAI-compatible HTTP gateway (tokenizer, chat template, streaming)",
-        description="Serve /v1/chat/completions, /v1/completions, /v1/models, /health and /metrics, "
-        "generating through the verifier(s) over gRPC, until SIGTERM or SIGINT.",
+        description="Serve /v1/chat/completions, /v1/completions, /v1/responses, /v1/models, /health and "
+        "/metrics, generating through the verifier(s) over gRPC, until SIGTERM or SIGINT.",
     )
     p.add_argument(
         "--verifier-address",
@@ -40,7 +41,18 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--max-body-bytes", type=positive_int, default=1 << 20, help="largest request body accepted"
     )
     add_reply_parser_arguments(p)
+    add_responses_store_argument(p)
     p.set_defaults(handler=_run)
+
+
+def add_responses_store_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--responses-store-size",
+        type=non_negative_int,
+        default=DEFAULT_RESPONSES_STORE_SIZE,
+        help="Responses API responses kept in memory for previous_response_id and GET /v1/responses/{id} "
+        "(the least recently used go first; 0: none, every response says store false)",
+    )
 
 
 def add_reply_parser_arguments(p: argparse.ArgumentParser) -> None:
@@ -96,6 +108,7 @@ def _run(ns: argparse.Namespace) -> int:
         port=ns.port,
         tool_call_parser=parser,
         reasoning_parser=ns.reasoning_parser,
+        responses_store_size=ns.responses_store_size,
     )
     provider = build_tracer_provider("treespec-gateway")
     install_tracer_provider(provider)

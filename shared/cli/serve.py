@@ -13,8 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from treespec.gateway.config import DEFAULT_RESPONSES_STORE_SIZE
 from treespec.shared.cli.arg_types import port, positive_int
-from treespec.shared.cli.gateway import add_reply_parser_arguments, tool_call_parser
+from treespec.shared.cli.gateway import (
+    add_reply_parser_arguments,
+    add_responses_store_argument,
+    tool_call_parser,
+)
 from treespec.shared.cli.ngram_flags import option_arguments
 from treespec.shared.cli.plugin_flags import add_plugin_arguments, check_plugin_options, plugin_options
 from treespec.shared.cli.speculation_flags import add_budget_arguments, default_budget, resolve_budget
@@ -58,6 +63,7 @@ class ServeConfig:
     prefix_caching: bool = True
     tool_call_parser: str | None = None  # the gateway's, for tool_choice "auto"
     reasoning_parser: str | None = None  # the gateway's, for thinking models
+    responses_store_size: int = DEFAULT_RESPONSES_STORE_SIZE  # the gateway's
     node_cost: float | None = None  # None: the verifier measures it
     tree_cost: float | None = None  # with node_cost only
     # For COLOCATED_ALGORITHMS: the verifier's co-location socket, in a private (0700) directory.
@@ -135,6 +141,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--served-model-name", default=None)
     add_prefix_caching_argument(p)
     add_reply_parser_arguments(p)
+    add_responses_store_argument(p)
     add_plugin_arguments(p)
     p.set_defaults(handler=_run)
 
@@ -166,6 +173,7 @@ def _run(ns: argparse.Namespace) -> int:
         prefix_caching=not ns.disable_prefix_caching,
         tool_call_parser=parser,
         reasoning_parser=ns.reasoning_parser,
+        responses_store_size=ns.responses_store_size,
         drafter_options=options,
         node_cost=budget.node_cost,
         tree_cost=budget.tree_cost,
@@ -242,5 +250,6 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
         gateway += ["--tool-call-parser", c.tool_call_parser]
     if c.reasoning_parser is not None:
         gateway += ["--reasoning-parser", c.reasoning_parser]
+    gateway += ["--responses-store-size", str(c.responses_store_size)]
     out.append(ServiceProcess("gateway", gateway, lambda: http_ok(f"{c.url}/health")))
     return out

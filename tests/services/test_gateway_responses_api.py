@@ -192,7 +192,7 @@ def test_text_format_constrains_the_output(client: openai.OpenAI) -> None:
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"input": "hi", "previous_response_id": "resp_1"}, "previous_response_id"),
+        ({"input": "hi", "conversation": "conv_1"}, "conversation"),
         ({"input": "hi", "background": True}, "background"),
         ({"input": "hi", "colour": "red"}, "colour"),
         ({"input": []}, "input"),

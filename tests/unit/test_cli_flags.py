@@ -38,6 +38,8 @@ def _exit_code(argv: list[str]) -> int:
         (["bench", "eagle", "--speculative-node-cost", "-1"], "--speculative-node-cost"),
         (["gateway", "--port", "-1", "--verifier-address", "127.0.0.1:1"], "--port"),
         (["gateway", "--max-body-bytes", "0", "--verifier-address", "127.0.0.1:1"], "--max-body-bytes"),
+        (["gateway", "--responses-store-size", "-1", "--verifier-address", "h:1"], "--responses-store-size"),
+        (["serve", "--responses-store-size", "many"], "--responses-store-size"),
         (["serve", "--draft-deadline-ms", "-5"], "--draft-deadline-ms"),
         (["serve", "--verifier-port", "65536"], "--verifier-port"),
         (["serve", "--speculative-num-steps", "0"], "--speculative-num-steps"),
@@ -178,3 +180,16 @@ def test_the_reasoning_parser_reaches_the_gateway_through_serve(tmp_path: Path) 
     config = ServeConfig.on_free_ports(tmp_path, "NGRAM", reasoning_parser="qwen3")
     argv = list(next(p for p in services(config) if p.name == "gateway").argv)
     assert argv[argv.index("--reasoning-parser") + 1] == "qwen3"
+
+
+def test_the_responses_store_size_reaches_the_gateway_through_serve(tmp_path: Path) -> None:
+    from treespec.gateway.config import DEFAULT_RESPONSES_STORE_SIZE
+    from treespec.shared.cli.main import build_parser
+    from treespec.shared.cli.serve import ServeConfig, services
+
+    assert build_parser().parse_args(["serve", "--responses-store-size", "0"]).responses_store_size == 0
+    for size in (None, 7):
+        overrides = {} if size is None else {"responses_store_size": size}
+        config = ServeConfig.on_free_ports(tmp_path, "NGRAM", **overrides)
+        argv = list(next(p for p in services(config) if p.name == "gateway").argv)
+        assert argv[argv.index("--responses-store-size") + 1] == str(size or DEFAULT_RESPONSES_STORE_SIZE)

@@ -8,14 +8,15 @@ do not render: dropped). `instructions` go first, as a system message. Function 
 `text.format` (json_object, json_schema), `reasoning.effort` and the sampling fields become their chat
 completions counterparts, so a response is generated, constrained and parsed exactly as a chat reply.
 
-Nothing is stored (`store` is accepted; the response says false), so `previous_response_id` and
-`conversation` are refused: send the whole conversation as `input`, as a stateless client does.
-Unknown fields are refused, and fields treespec does not implement are accepted only at their neutral
-value.
+`previous_response_id` continues a stored response (responses_api/store.py): its conversation comes
+before this request's input (its instructions are not carried over). `conversation` (OpenAI's
+Conversations API) is refused. Unknown fields are refused, and fields treespec does not implement are
+accepted only at their neutral value.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -186,8 +187,9 @@ class ResponsesRequest(BaseModel):
     parallel_tool_calls: bool | None = None
     text: TextConfig | None = None
     reasoning: ReasoningConfig | None = None
-    # Accepted and ignored: nothing is stored; hints for OpenAI's own service.
-    store: bool | None = None
+    store: bool | None = None  # None: stored
+    previous_response_id: str | None = Field(default=None, min_length=1, max_length=256)
+    # Accepted and ignored: hints for OpenAI's own service.
     metadata: dict[str, str] | None = None
     user: str | None = None
     safety_identifier: str | None = None
@@ -199,7 +201,6 @@ class ResponsesRequest(BaseModel):
     cache_salt: UnicodeText | None = Field(default=None, min_length=1, max_length=1024)
     speculation: SpeculationOptions | None = None
     # Not implemented: accepted at their neutral value only.
-    previous_response_id: str | None = None
     conversation: Any = None
     prompt: Any = None
     background: bool | None = None
@@ -208,7 +209,6 @@ class ResponsesRequest(BaseModel):
     max_tool_calls: int | None = None
 
     _check_unsupported = field_validator(
-        "previous_response_id",
         "conversation",
         "prompt",
         "background",
@@ -234,12 +234,22 @@ class ResponsesRequest(BaseModel):
     def streams(self) -> bool:
         return bool(self.stream)
 
-    def chat_request(self) -> ChatCompletionRequest:
-        """The chat completions request this one runs as (a 400 naming the problem where the
-        conversation does not make one, such as a tool_choice naming no tool)."""
+    @property
+    def stores(self) -> bool:
+        return self.store is not False
+
+    @property
+    def items(self) -> list[InputItem]:
+        """The request's own input as items (a string is one user message)."""
+        return [InputMessage(role="user", content=self.input)] if isinstance(self.input, str) else self.input
+
+    def chat_request(self, earlier: Sequence[InputItem] = ()) -> ChatCompletionRequest:
+        """The chat completions request this one runs as, continuing the `earlier` conversation (a
+        400 naming the problem where the conversation does not make one, such as a tool_choice naming
+        no tool)."""
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": self.chat_messages(),
+            "messages": self.chat_messages(earlier),
             "max_completion_tokens": self.max_output_tokens,
             "temperature": self.temperature,
             "top_p": self.top_p,
@@ -265,14 +275,14 @@ class ResponsesRequest(BaseModel):
         except ValidationError as exc:
             raise validation_error(exc.errors()) from None
 
-    def chat_messages(self) -> list[dict[str, Any]]:
-        """The conversation as chat messages: the instructions, then the input items in order, a run
-        of function calls joined to the assistant message before it (or one of their own)."""
+    def chat_messages(self, earlier: Sequence[InputItem] = ()) -> list[dict[str, Any]]:
+        """The conversation as chat messages: the instructions, then the `earlier` items and the
+        input items in order, a run of function calls joined to the assistant message before it (or
+        one of their own)."""
         messages: list[dict[str, Any]] = []
         if self.instructions:
             messages.append({"role": "system", "content": self.instructions})
-        items = [InputMessage(role="user", content=self.input)] if isinstance(self.input, str) else self.input
-        for item in items:
+        for item in (*earlier, *self.items):
             if isinstance(item, InputMessage):
                 messages.append({"role": item.role, "content": item.text})
             elif isinstance(item, FunctionCallItem):

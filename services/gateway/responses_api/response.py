@@ -23,8 +23,9 @@ def response_body(
     status: str,
     usage: Usage | None = None,
     meta: MetaInfo | None = None,
+    stored: bool = False,
 ) -> dict[str, Any]:
-    """`identity`: the response's id, creation time and model."""
+    """`identity`: the response's id, creation time and model; `stored`: whether it is kept."""
     response_id, created, model = identity
     text_format = request.text.format if request.text is not None else None
     reasoning = request.reasoning
@@ -40,12 +41,12 @@ def response_body(
         "model": model,
         "output": output,
         "parallel_tool_calls": request.parallel_tool_calls is not False,
-        "previous_response_id": None,
+        "previous_response_id": request.previous_response_id,
         "reasoning": {
             "effort": reasoning.effort if reasoning else None,
             "summary": reasoning.summary if reasoning else None,
         },
-        "store": False,
+        "store": stored,
         "temperature": request.temperature,
         "top_p": request.top_p,
         "text": {

@@ -1,12 +1,14 @@
 """POST /v1/responses: OpenAI's Responses API, run as the chat request it stands for
 (responses_api/request.py), the reply given back as output items, whole or streamed as the
-Responses API's typed events (responses_api/output.py)."""
+Responses API's typed events (responses_api/output.py). A finished response is stored unless the
+request says `store: false` (responses_api/store.py; routes/stored_responses.py reads them back)."""
 
 from __future__ import annotations
 
 import itertools
 import json
 from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -19,8 +21,9 @@ from treespec.gateway.disconnect import cancel_on_disconnect
 from treespec.gateway.errors import APIError
 from treespec.gateway.generation import Event, TextDelta
 from treespec.gateway.responses_api.output import ResponseOutput
-from treespec.gateway.responses_api.request import ResponsesRequest
+from treespec.gateway.responses_api.request import InputItem, ResponsesRequest
 from treespec.gateway.responses_api.response import response_body, response_status
+from treespec.gateway.responses_api.store import ResponseStore, StoredResponse
 from treespec.gateway.run import GenerationRun
 from treespec.gateway.sse import event_stream, primed
 from treespec.gateway.state import GatewayState, gateway_state
@@ -33,10 +36,12 @@ async def create_response(
     body: ResponsesRequest, request: Request, state: Annotated[GatewayState, Depends(gateway_state)]
 ) -> Response:
     state.check_model(body.model)
-    run, replies = await start_chat(state, body.chat_request(), "resp_", prompt_param="input")
+    earlier = _earlier(state, body)
+    run, replies = await start_chat(state, body.chat_request(earlier), "resp_", prompt_param="input")
+    keep = _Keeper(state.responses, body, earlier)
     if body.streams:
         events = await cancel_on_disconnect(request, primed(run.events()))
-        return event_stream(_stream(body, run, events, replies))
+        return event_stream(_stream(body, run, events, replies, keep))
     outcome = await cancel_on_disconnect(request, run.collect())
     reply = replies.message(outcome.text(0), outcome.finish_reason(0))
     status = response_status(reply.finish_reason)
@@ -44,8 +49,35 @@ async def create_response(
     output.feed(_whole(reply))
     output.finish(status)
     identity = (run.id, run.created, run.model)
-    payload = response_body(body, identity, output.output(status), status, outcome.usage, outcome.meta_info)
+    payload = response_body(
+        body, identity, output.output(status), status, outcome.usage, outcome.meta_info, keep.stores
+    )
+    keep(payload)
     return JSONResponse(payload)
+
+
+def _earlier(state: GatewayState, body: ResponsesRequest) -> tuple[InputItem, ...]:
+    """The conversation the request continues: its previous response's (a 404 if none is stored)."""
+    if body.previous_response_id is None:
+        return ()
+    return state.responses.get(body.previous_response_id, "previous_response_id").conversation
+
+
+@dataclass(frozen=True)
+class _Keeper:
+    """Stores a finished response, if its request asks to and the store keeps any."""
+
+    store: ResponseStore
+    request: ResponsesRequest
+    earlier: tuple[InputItem, ...]
+
+    @property
+    def stores(self) -> bool:
+        return self.request.stores and self.store.enabled
+
+    def __call__(self, payload: dict[str, Any]) -> None:
+        if self.stores:
+            self.store.put(StoredResponse.of(payload, self.request.items, self.earlier))
 
 
 def _whole(reply: ChatReplyMessage) -> dict[str, Any]:
@@ -55,7 +87,11 @@ def _whole(reply: ChatReplyMessage) -> dict[str, Any]:
 
 
 async def _stream(
-    body: ResponsesRequest, run: GenerationRun, events: AsyncGenerator[Event, None], replies: ChatReplies
+    body: ResponsesRequest,
+    run: GenerationRun,
+    events: AsyncGenerator[Event, None],
+    replies: ChatReplies,
+    keep: _Keeper,
 ) -> AsyncIterator[bytes]:
     numbers = itertools.count()
 
@@ -64,7 +100,7 @@ async def _stream(
         return format_sse_event(data_str=json.dumps(numbered), event=event["type"])
 
     identity = (run.id, run.created, run.model)
-    started = response_body(body, identity, [], "in_progress")
+    started = response_body(body, identity, [], "in_progress", stored=keep.stores)
     yield sse({"type": "response.created", "response": started})
     yield sse({"type": "response.in_progress", "response": started})
     output, deltas, status = ResponseOutput(), replies.stream(), "completed"
@@ -84,5 +120,8 @@ async def _stream(
     finally:
         await events.aclose()
     outcome = run.outcome
-    final = response_body(body, identity, output.output(status), status, outcome.usage, outcome.meta_info)
+    final = response_body(
+        body, identity, output.output(status), status, outcome.usage, outcome.meta_info, keep.stores
+    )
+    keep(final)
     yield sse({"type": f"response.{status}", "response": final})

@@ -74,7 +74,8 @@ def test_settings_become_their_chat_counterparts() -> None:
 @pytest.mark.parametrize(
     "fields",
     [
-        {"input": "hi", "previous_response_id": "resp_1"},
+        {"input": "hi", "conversation": "conv_1"},
+        {"input": "hi", "previous_response_id": ""},
         {"input": "hi", "include": ["message.output_text.logprobs"]},
         {"input": "hi", "text": {"verbosity": "low"}},
         {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},

@@ -1,0 +1,103 @@
+"""Stored responses (`store`, on by default as on OpenAI's service): what `previous_response_id`
+continues, `GET /v1/responses/{id}` reads back, `GET /v1/responses/{id}/input_items` lists and
+`DELETE /v1/responses/{id}` removes.
+
+They are kept in the gateway's memory, at most `capacity` of them (`--responses-store-size`), the
+least recently used going first. A stored response keeps the conversation a response continuing it
+starts from: the earlier turns it continued, its own input and its output, as input items (the
+instructions are not carried over, as on OpenAI's service). With several gateway replicas, each
+keeps its own: send a conversation's requests to one replica, or its whole input every time.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from treespec.gateway.errors import APIError
+from treespec.gateway.responses_api.request import InputItem, InputMessage
+
+_ITEMS: TypeAdapter[list[InputItem]] = TypeAdapter(list[InputItem])
+_ID_PREFIXES = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    body: dict[str, Any]  # the response object, as its request was answered
+    input_items: tuple[dict[str, Any], ...]  # its own input, as items with ids, in order
+    conversation: tuple[InputItem, ...]  # what a response continuing it starts from
+
+    @classmethod
+    def of(
+        cls, body: dict[str, Any], own_input: Sequence[InputItem], earlier: Sequence[InputItem]
+    ) -> StoredResponse:
+        """A finished response: `own_input` its request's items, `earlier` the conversation it
+        continued."""
+        output = _ITEMS.validate_python(body["output"])
+        return cls(body, tuple(listed_item(item) for item in own_input), (*earlier, *own_input, *output))
+
+    @property
+    def id(self) -> str:
+        return str(self.body["id"])
+
+
+class ResponseStore:
+    """The stored responses, by id; at most `capacity` (0: none is stored)."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 0:
+            raise ValueError("the responses store's capacity cannot be negative")
+        self.capacity = capacity
+        self._responses: OrderedDict[str, StoredResponse] = OrderedDict()
+
+    @property
+    def enabled(self) -> bool:
+        return self.capacity > 0
+
+    def __len__(self) -> int:
+        return len(self._responses)
+
+    def put(self, response: StoredResponse) -> None:
+        if not self.enabled:
+            return
+        self._responses[response.id] = response
+        self._responses.move_to_end(response.id)
+        while len(self._responses) > self.capacity:
+            self._responses.popitem(last=False)
+
+    def get(self, response_id: str, param: str | None = None) -> StoredResponse:
+        """The stored response; a 404 when there is none (`param`: the request field that named it)."""
+        response = self._responses.get(response_id)
+        if response is None:
+            what = "Previous response" if param == "previous_response_id" else "Response"
+            raise APIError(
+                404,
+                f"{what} with id '{response_id}' not found.",
+                code="previous_response_not_found" if param else "not_found",
+                param=param,
+            )
+        self._responses.move_to_end(response_id)
+        return response
+
+    def delete(self, response_id: str) -> None:
+        self.get(response_id)
+        del self._responses[response_id]
+
+
+def listed_item(item: InputItem) -> dict[str, Any]:
+    """An input item as `input_items` lists it: with an id and a status, a message's text as parts."""
+    listed = item.model_dump(exclude_none=True, by_alias=True)
+    if isinstance(item, InputMessage) and isinstance(item.content, str):
+        part: dict[str, Any] = {"type": "input_text", "text": item.content}
+        if item.role == "assistant":
+            part = {"type": "output_text", "text": item.content, "annotations": []}
+        listed["content"] = [part]
+    listed.setdefault("type", "message")
+    listed.setdefault("id", f"{_ID_PREFIXES[listed['type']]}_{uuid.uuid4().hex}")
+    listed.setdefault("status", "completed")
+    return listed

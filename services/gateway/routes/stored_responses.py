@@ -1,0 +1,71 @@
+"""The stored Responses API responses (responses_api/store.py): GET /v1/responses/{id},
+GET /v1/responses/{id}/input_items (paged as OpenAI pages lists) and DELETE /v1/responses/{id}."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Query
+
+from treespec.gateway.errors import APIError
+from treespec.gateway.state import GatewayState, gateway_state
+
+router = APIRouter()
+
+MAX_PAGE = 100
+
+
+@router.get("/v1/responses/{response_id}")
+async def retrieve_response(
+    response_id: str,
+    state: Annotated[GatewayState, Depends(gateway_state)],
+    stream: Annotated[bool, Query()] = False,
+) -> dict[str, Any]:
+    if stream:
+        raise APIError(
+            400,
+            "stream is for background responses, which this server does not run: "
+            "a stored response is finished, retrieve it without stream",
+            code="unsupported_parameter",
+            param="stream",
+        )
+    return state.responses.get(response_id).body
+
+
+@router.delete("/v1/responses/{response_id}")
+async def delete_response(
+    response_id: str, state: Annotated[GatewayState, Depends(gateway_state)]
+) -> dict[str, Any]:
+    state.responses.delete(response_id)
+    return {"id": response_id, "object": "response", "deleted": True}
+
+
+@router.get("/v1/responses/{response_id}/input_items")
+async def list_input_items(
+    response_id: str,
+    state: Annotated[GatewayState, Depends(gateway_state)],
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
+    order: Annotated[Literal["asc", "desc"], Query()] = "desc",
+    after: Annotated[str | None, Query(min_length=1)] = None,
+) -> dict[str, Any]:
+    """The response's own input items (newest first by default), `limit` of them after the item
+    `after`."""
+    items = list(state.responses.get(response_id).input_items)
+    if order == "desc":
+        items.reverse()
+    start = 0
+    if after is not None:
+        ids = [item["id"] for item in items]
+        if after not in ids:
+            raise APIError(
+                400, f"Response '{response_id}' has no input item with id '{after}'.", param="after"
+            )
+        start = ids.index(after) + 1
+    page = items[start : start + limit]
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": start + limit < len(items),
+    }

@@ -1,0 +1,132 @@
+"""Stored responses through the real gateway and verifier (SmolLM2, random drafts), with the OpenAI
+SDK: `previous_response_id` continues a conversation exactly as sending all of it would; a stored
+response reads back, lists its input items page by page and is deleted; `store: false` keeps
+nothing; what is not there is a 404 naming it."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import httpx
+import openai
+import pytest
+from openai.types.responses import Response
+
+from tests.services.gateway_stack import MODEL
+from tests.services.test_gateway_responses_api import WEATHER
+
+pytestmark = pytest.mark.slow
+
+GREEDY: dict[str, Any] = {"model": MODEL, "temperature": 0}
+
+
+def _respond(client: openai.OpenAI, **fields: Any) -> Response:
+    return cast(Response, client.responses.create(**cast(Any, {**GREEDY, **fields})))
+
+
+def test_a_continued_response_is_the_response_to_the_whole_conversation(client: openai.OpenAI) -> None:
+    first = _respond(client, instructions="Answer briefly.", input="My name is Ada.", max_output_tokens=8)
+    assert first.to_dict()["store"] is True and first.previous_response_id is None
+    second = _respond(
+        client, instructions="Answer briefly.", previous_response_id=first.id, input="What is my name?",
+        max_output_tokens=8,
+    )  # fmt: skip
+    whole = _respond(
+        client,
+        instructions="Answer briefly.",
+        input=[
+            {"role": "user", "content": "My name is Ada."},
+            {"role": "assistant", "content": first.output_text},
+            {"role": "user", "content": "What is my name?"},
+        ],
+        max_output_tokens=8,
+        store=False,
+    )
+    assert second.previous_response_id == first.id and whole.to_dict()["store"] is False
+    assert second.output_text == whole.output_text
+    assert second.usage is not None and whole.usage is not None
+    assert second.usage.input_tokens == whole.usage.input_tokens
+    # The earlier turns are the cached prefix of the continued one.
+    assert second.usage.input_tokens_details.cached_tokens > 0
+
+
+def test_a_function_call_s_output_continues_the_response_that_called_it(client: openai.OpenAI) -> None:
+    question = {"role": "user", "content": "What is the weather in Oslo?"}
+    called = _respond(
+        client,
+        input=[question],
+        tools=[WEATHER],
+        tool_choice={"type": "function", "name": "get_weather"},
+        max_output_tokens=40,
+    )
+    (call,) = [item for item in called.output if item.type == "function_call"]
+    result = {"type": "function_call_output", "call_id": call.call_id, "output": '{"celsius": 21}'}
+    tools: dict[str, Any] = {"tools": [WEATHER], "tool_choice": "none", "max_output_tokens": 12}
+    continued = _respond(client, previous_response_id=called.id, input=[result], **tools)
+    sent_whole = _respond(client, input=[question, call.to_dict(), result], store=False, **tools)
+    assert continued.output_text == sent_whole.output_text and continued.output_text
+
+
+def test_a_stored_response_reads_back_lists_its_input_and_is_deleted(
+    client: openai.OpenAI, http: httpx.Client
+) -> None:
+    turns = [{"role": "user", "content": f"Word {i}."} for i in range(5)]
+    created = _respond(client, input=turns, max_output_tokens=4, metadata={"run": "a"})
+    read = client.responses.retrieve(created.id)
+    assert read.model_dump() == created.model_dump()
+    newest_first = client.responses.input_items.list(created.id)
+    texts = [cast(Any, item).content[0].text for item in newest_first.data]
+    assert texts == [f"Word {i}." for i in reversed(range(5))]
+    pages: list[str] = []
+    after: Any = openai.omit
+    while True:  # the SDK's own paging, two at a time, oldest first
+        page = client.responses.input_items.list(created.id, limit=2, order="asc", after=after)
+        pages += [item.id for item in page.data]
+        if not page.has_more:
+            break
+        after = page.data[-1].id
+    assert pages == [item.id for item in reversed(newest_first.data)] and len(set(pages)) == 5
+    client.responses.delete(created.id)
+    for method, path in (("GET", ""), ("GET", "/input_items"), ("DELETE", "")):
+        gone = http.request(method, f"/v1/responses/{created.id}{path}")
+        assert gone.status_code == 404 and created.id in gone.json()["error"]["message"]
+    continuing = http.post(
+        "/v1/responses", json={**GREEDY, "input": "hi", "previous_response_id": created.id}
+    )
+    assert continuing.status_code == 404
+    assert continuing.json()["error"]["param"] == "previous_response_id"
+
+
+def test_a_streamed_response_is_stored_as_it_ended(client: openai.OpenAI) -> None:
+    events = list(
+        cast(Any, client.responses.create(stream=True, input="Say hi.", max_output_tokens=6, **GREEDY))
+    )
+    final = events[-1].response
+    assert events[0].response.store is True and final.store is True
+    assert client.responses.retrieve(final.id).model_dump() == final.model_dump()
+
+
+def test_store_false_keeps_nothing(http: httpx.Client) -> None:
+    created = http.post(
+        "/v1/responses", json={**GREEDY, "input": "hi", "max_output_tokens": 2, "store": False}
+    ).json()
+    assert created["store"] is False
+    assert http.get(f"/v1/responses/{created['id']}").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "param"),
+    [
+        ("/input_items", {"limit": 0}, "limit"),
+        ("/input_items", {"order": "sideways"}, "order"),
+        ("/input_items", {"after": "msg_none"}, "after"),
+        ("", {"stream": "true"}, "stream"),
+    ],
+)
+def test_bad_listing_and_reading_requests_are_400_naming_the_field(
+    http: httpx.Client, path: str, params: dict[str, Any], param: str
+) -> None:
+    created = http.post("/v1/responses", json={**GREEDY, "input": "hi", "max_output_tokens": 2}).json()
+    response = http.get(f"/v1/responses/{created['id']}{path}", params=params)
+    assert response.status_code == 400, response.text
+    assert (response.json()["error"]["param"] or "").endswith(param)
