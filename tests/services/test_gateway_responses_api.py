@@ -213,3 +213,37 @@ def test_bad_or_unsupported_requests_are_400_naming_the_field(
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["message"] and (error["param"] or "").startswith(param), error
+
+
+def test_logprobs_are_chat_s_streamed_or_whole(client: openai.OpenAI) -> None:
+    fields: Any = {
+        "model": MODEL,
+        "input": "Name a colour.",
+        "max_output_tokens": 6,
+        "temperature": 0,
+        "include": ["message.output_text.logprobs"],
+        "top_logprobs": 2,
+    }
+    whole = _respond(client, **fields)
+    (part,) = cast(Any, whole.output[0].to_dict())["content"]
+    tokens = part["logprobs"]
+    chat = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Name a colour."}], max_tokens=6, temperature=0,
+        logprobs=True, top_logprobs=2,
+    )  # fmt: skip
+    assert chat.choices[0].logprobs is not None and chat.choices[0].logprobs.content is not None
+    expected: list[Any] = [t.to_dict() for t in chat.choices[0].logprobs.content]
+    assert [t["token"] for t in tokens] == [t["token"] for t in expected] and len(tokens) >= 1
+    assert "".join(t["token"] for t in tokens) == part["text"]
+    for got, want in zip(tokens, expected, strict=True):
+        assert got["logprob"] == pytest.approx(want["logprob"], abs=1e-3)
+        assert [top["token"] for top in got["top_logprobs"]] == [top["token"] for top in want["top_logprobs"]]
+        assert len(got["top_logprobs"]) == 2 and got["bytes"] == want["bytes"]
+    events = _events(client, **fields)
+    streamed = [t for e in events if e.type == "response.output_text.delta" for t in e.to_dict()["logprobs"]]
+    final = events[-1].response.output[0].to_dict()["content"][0]["logprobs"]
+    assert [t["token"] for t in final] == [t["token"] for t in tokens]
+    # The deltas carry the tokens with text; a token after the last text (the end) joins at the end.
+    assert streamed == final[: len(streamed)] and all(t["token"] == "" for t in final[len(streamed) :])
+    without = cast(Any, _respond(client, **{**fields, "include": []}).output[0].to_dict())
+    assert without["content"][0]["logprobs"] == []

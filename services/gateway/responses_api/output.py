@@ -6,15 +6,23 @@ A reply's parts become items in the order they come: reasoning (a `reasoning` it
 added when its first piece arrives and done when the next item starts or the reply ends, so a
 stream opens and closes items one at a time, as OpenAI's does. A whole reply is fed as one delta and
 gives the same items.
+
+Log-probabilities, when asked for, are those of every token the reply generated (reasoning and
+markers too, as chat completions gives them), held on the message's `output_text`: each text delta
+carries the tokens generated since the one before, and tokens after the message's last text (the
+reply's end, a tool call after it) join it when the reply ends. So a streamed response's final
+object holds the same log-probabilities as a whole one.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Event = dict[str, Any]
+Logprob = dict[str, Any]  # a token's log-probability in chat's shape (token, logprob, bytes, top_logprobs)
 ItemKind = Literal["reasoning", "message", "function_call"]
 _ID_PREFIXES = {"reasoning": "rs", "message": "msg", "function_call": "fc"}
 
@@ -29,6 +37,7 @@ class _Item:
     call_id: str = ""
     call_index: int = -1  # the tool call's index in the chat deltas
     done: bool = False
+    logprobs: list[Logprob] = field(default_factory=list)  # a message's tokens, when asked for
 
     def body(self, status: str) -> dict[str, Any]:
         if self.kind == "reasoning":
@@ -52,7 +61,7 @@ class _Item:
         }
 
     def text_part(self) -> dict[str, Any]:
-        return {"type": "output_text", "text": self.text, "annotations": [], "logprobs": []}
+        return {"type": "output_text", "text": self.text, "annotations": [], "logprobs": list(self.logprobs)}
 
 
 @dataclass
@@ -60,9 +69,12 @@ class ResponseOutput:
     """The items of one response; `feed` and `finish` return the stream's events for them."""
 
     items: list[_Item] = field(default_factory=list)
+    pending: list[Logprob] = field(default_factory=list)  # tokens not yet on the message's text
 
-    def feed(self, delta: dict[str, Any]) -> list[Event]:
-        """A chat delta: `reasoning_content`, `content` and `tool_calls` pieces, in that order."""
+    def feed(self, delta: dict[str, Any], logprobs: Sequence[Logprob] = ()) -> list[Event]:
+        """A chat delta: `reasoning_content`, `content` and `tool_calls` pieces, in that order;
+        `logprobs`: those of the tokens that made it."""
+        self.pending += logprobs
         events: list[Event] = []
         if delta.get("reasoning_content"):
             events += self._grow("reasoning", delta["reasoning_content"])
@@ -73,7 +85,12 @@ class ResponseOutput:
         return events
 
     def finish(self, status: str) -> list[Event]:
-        """Close the open item; `status`: "completed", or "incomplete" (cut at the token limit)."""
+        """Close the open item; `status`: "completed", or "incomplete" (cut at the token limit). The
+        tokens after the message's last text join its log-probabilities."""
+        messages = [item for item in self.items if item.kind == "message"]
+        if messages:
+            messages[-1].logprobs += self.pending
+        self.pending = []
         return self._close(status)
 
     def output(self, status: str) -> list[dict[str, Any]]:
@@ -88,7 +105,11 @@ class ResponseOutput:
             item = self._open(kind, -1)
             events += self._added(item)
         item.text += text
-        events.append(self._delta(item, text))
+        logprobs: list[Logprob] = []
+        if kind == "message":
+            logprobs, self.pending = self.pending, []
+            item.logprobs += logprobs
+        events.append(self._delta(item, text, logprobs))
         return events
 
     def _call(self, call: dict[str, Any]) -> list[Event]:
@@ -126,7 +147,7 @@ class ResponseOutput:
             events.append({"type": "response.content_part.added", **self._where(item), "part": part})
         return events
 
-    def _delta(self, item: _Item, text: str) -> Event:
+    def _delta(self, item: _Item, text: str, logprobs: list[Logprob] | None = None) -> Event:
         if item.kind == "function_call":
             return {
                 "type": "response.function_call_arguments.delta",
@@ -135,7 +156,7 @@ class ResponseOutput:
                 "delta": text,
             }
         kind = "response.reasoning_text.delta" if item.kind == "reasoning" else "response.output_text.delta"
-        extra: dict[str, Any] = {"logprobs": []} if item.kind == "message" else {}
+        extra: dict[str, Any] = {"logprobs": logprobs or []} if item.kind == "message" else {}
         return {"type": kind, **self._where(item), "delta": text, **extra}
 
     def _close(self, status: str) -> list[Event]:
@@ -148,7 +169,12 @@ class ResponseOutput:
             events.append({"type": "response.reasoning_text.done", **self._where(item), "text": item.text})
         elif item.kind == "message":
             events.append(
-                {"type": "response.output_text.done", **self._where(item), "text": item.text, "logprobs": []}
+                {
+                    "type": "response.output_text.done",
+                    **self._where(item),
+                    "text": item.text,
+                    "logprobs": list(item.logprobs),
+                }
             )
             events.append(
                 {"type": "response.content_part.done", **self._where(item), "part": item.text_part()}

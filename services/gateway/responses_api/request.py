@@ -6,7 +6,8 @@ assistant; text content, as input_text or, for an assistant's earlier reply, out
 function calls an earlier response made and their outputs, and reasoning items (which chat templates
 do not render: dropped). `instructions` go first, as a system message. Function tools, `tool_choice`,
 `text.format` (json_object, json_schema), `reasoning.effort` and the sampling fields become their chat
-completions counterparts, so a response is generated, constrained and parsed exactly as a chat reply.
+completions counterparts, so a response is generated, constrained and parsed exactly as a chat reply;
+`include: ["message.output_text.logprobs"]` with `top_logprobs` asks for chat's log-probabilities.
 
 `previous_response_id` continues a stored response (responses_api/store.py): its conversation comes
 before this request's input (its instructions are not carried over). `conversation` (OpenAI's
@@ -36,6 +37,7 @@ from treespec.gateway.request_options import ReasoningEffort, SpeculationOptions
 from treespec.gateway.schema_types import STRICT, UnicodeText, unsupported
 from treespec.gateway.schemas import ChatCompletionRequest
 from treespec.gateway.tool_schemas import FUNCTION_NAME, MAX_TOOLS, FunctionDef
+from treespec.shared.rpc.limits import MAX_TOP_LOGPROBS
 
 MAX_INPUT_ITEMS = 4096
 
@@ -204,16 +206,16 @@ class ResponsesRequest(BaseModel):
     conversation: Any = None
     prompt: Any = None
     background: bool | None = None
-    include: list[str] | None = None
-    top_logprobs: int | None = None
     max_tool_calls: int | None = None
+    # Log-probabilities: the message's tokens with include ["message.output_text.logprobs"], and as
+    # many alternatives per token as top_logprobs asks.
+    include: list[Literal["message.output_text.logprobs"]] | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
 
     _check_unsupported = field_validator(
         "conversation",
         "prompt",
         "background",
-        "include",
-        "top_logprobs",
         "max_tool_calls",
     )(unsupported)
 
@@ -233,6 +235,11 @@ class ResponsesRequest(BaseModel):
     @property
     def streams(self) -> bool:
         return bool(self.stream)
+
+    @property
+    def logprobs(self) -> bool:
+        """Whether the message's output_text carries its tokens' log-probabilities."""
+        return "message.output_text.logprobs" in (self.include or [])
 
     @property
     def stores(self) -> bool:
@@ -257,6 +264,8 @@ class ResponsesRequest(BaseModel):
             "cache_salt": self.cache_salt,
             "speculation": self.speculation.model_dump(exclude_none=True) if self.speculation else None,
         }
+        if self.logprobs:
+            body |= {"logprobs": True, "top_logprobs": self.top_logprobs or 0}
         if self.tools:
             body["tools"] = [
                 {"type": "function", "function": t.model_dump(exclude={"type"}, exclude_none=True)}

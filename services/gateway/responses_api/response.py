@@ -49,6 +49,7 @@ def response_body(
         "store": stored,
         "temperature": request.temperature,
         "top_p": request.top_p,
+        "top_logprobs": request.top_logprobs,
         "text": {
             "format": text_format.model_dump(by_alias=True, exclude_none=True)
             if text_format

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -19,7 +19,8 @@ from treespec.gateway.chat_reply import ChatReplies, ChatReplyMessage
 from treespec.gateway.chat_start import start_chat
 from treespec.gateway.disconnect import cancel_on_disconnect
 from treespec.gateway.errors import APIError
-from treespec.gateway.generation import Event, TextDelta
+from treespec.gateway.generation import Event, TextDelta, TokenLogprob
+from treespec.gateway.logprob_format import LogprobFormat
 from treespec.gateway.responses_api.output import ResponseOutput
 from treespec.gateway.responses_api.request import InputItem, ResponsesRequest
 from treespec.gateway.responses_api.response import response_body, response_status
@@ -39,14 +40,15 @@ async def create_response(
     earlier = _earlier(state, body)
     run, replies = await start_chat(state, body.chat_request(earlier), "resp_", prompt_param="input")
     keep = _Keeper(state.responses, body, earlier)
+    logprobs = _Logprobs(LogprobFormat(state.tokenizer.token_texts) if body.logprobs else None)
     if body.streams:
         events = await cancel_on_disconnect(request, primed(run.events()))
-        return event_stream(_stream(body, run, events, replies, keep))
+        return event_stream(_stream(body, run, events, replies, keep, logprobs))
     outcome = await cancel_on_disconnect(request, run.collect())
     reply = replies.message(outcome.text(0), outcome.finish_reason(0))
     status = response_status(reply.finish_reason)
     output = ResponseOutput()
-    output.feed(_whole(reply))
+    output.feed(_whole(reply), logprobs([entry for entry, _ in outcome.logprobs(0)]))
     output.finish(status)
     identity = (run.id, run.created, run.model)
     payload = response_body(
@@ -54,6 +56,18 @@ async def create_response(
     )
     keep(payload)
     return JSONResponse(payload)
+
+
+@dataclass(frozen=True)
+class _Logprobs:
+    """Tokens' log-probabilities in the Responses API's shape (chat's), or none when not asked for."""
+
+    format: LogprobFormat | None
+
+    def __call__(self, entries: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
+        if self.format is None:
+            return []
+        return [token.model_dump() for token in self.format.chat(entries).content]
 
 
 def _earlier(state: GatewayState, body: ResponsesRequest) -> tuple[InputItem, ...]:
@@ -92,6 +106,7 @@ async def _stream(
     events: AsyncGenerator[Event, None],
     replies: ChatReplies,
     keep: _Keeper,
+    logprobs: _Logprobs,
 ) -> AsyncIterator[bytes]:
     numbers = itertools.count()
 
@@ -107,7 +122,7 @@ async def _stream(
     try:
         async for event in events:
             if isinstance(event, TextDelta):
-                pieces = output.feed(deltas.text(event.index, event.text))
+                pieces = output.feed(deltas.text(event.index, event.text), logprobs(event.logprobs))
             else:
                 delta, reason = deltas.end(event.index, event.finish_reason)
                 status = response_status(reason)

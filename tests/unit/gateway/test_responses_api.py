@@ -76,7 +76,8 @@ def test_settings_become_their_chat_counterparts() -> None:
     [
         {"input": "hi", "conversation": "conv_1"},
         {"input": "hi", "previous_response_id": ""},
-        {"input": "hi", "include": ["message.output_text.logprobs"]},
+        {"input": "hi", "include": ["reasoning.encrypted_content"]},
+        {"input": "hi", "top_logprobs": 21},
         {"input": "hi", "text": {"verbosity": "low"}},
         {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},
         {"input": [{"type": "web_search_call", "id": "w"}]},
@@ -141,3 +142,39 @@ def test_a_whole_reply_gives_the_same_items_and_an_incomplete_one_says_so() -> N
     assert message["content"][0]["text"] == "Hi there"
     empty = ResponseOutput()
     assert empty.feed({}) == [] and empty.finish("completed") == [] and empty.output("completed") == []
+
+
+def test_logprobs_are_asked_for_with_include() -> None:
+    asked = _request(input="hi", include=["message.output_text.logprobs"], top_logprobs=3).chat_request()
+    assert (asked.logprobs, asked.top_logprobs) == (True, 3)
+    plain = _request(input="hi", include=["message.output_text.logprobs"]).chat_request()
+    assert (plain.logprobs, plain.top_logprobs) == (True, 0)
+    assert not _request(input="hi", top_logprobs=3).chat_request().logprobs  # without include: none
+
+
+def _token(name: str) -> dict[str, Any]:
+    return {"token": name, "logprob": -1.0, "bytes": list(name.encode()), "top_logprobs": []}
+
+
+def test_the_message_carries_every_token_s_logprobs_streamed_or_whole() -> None:
+    """Reasoning tokens join the message's next delta; tokens after its last text join it at the end."""
+    think, end, hi, there, eos = (_token(t) for t in ("Hm", "</think>", "Hi", " there", ""))
+    output = ResponseOutput()
+    events = output.feed({"reasoning_content": "Hm"}, [think])
+    events += output.feed({}, [end])  # the marker: no text of its own
+    events += output.feed({"content": "Hi"}, [hi])
+    events += output.feed({"content": " there"}, [there])
+    events += output.feed({}, [eos])
+    events += output.finish("completed")
+    deltas = [e["logprobs"] for e in events if e["type"] == "response.output_text.delta"]
+    assert deltas == [[think, end, hi], [there]]
+    added = next(e for e in events if e["type"] == "response.content_part.added")
+    assert added["part"]["logprobs"] == []
+    done = next(e for e in events if e["type"] == "response.output_text.done")
+    everything = [think, end, hi, there, eos]
+    assert done["logprobs"] == everything
+    assert output.output("completed")[1]["content"][0]["logprobs"] == everything
+    whole = ResponseOutput()
+    whole.feed({"reasoning_content": "Hm", "content": "Hi there"}, [think, end, hi, there, eos])
+    whole.finish("completed")
+    assert whole.output("completed")[1]["content"][0]["logprobs"] == everything
