@@ -9,12 +9,13 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
+from treespec.gateway.bad_words import bad_word_sequences
 from treespec.gateway.fanout import merge
 from treespec.gateway.generation import ChoiceEnd, ChoiceJob, Event, run_choice
 from treespec.gateway.observation import Observation
 from treespec.gateway.outcome import Outcome
 from treespec.gateway.responses import MetaInfo, Usage
-from treespec.gateway.sampling import check_prompt, choice_jobs, truncated
+from treespec.gateway.sampling import check_prompt, check_token_ids, choice_jobs, truncated
 from treespec.gateway.schemas import SamplingFields
 from treespec.gateway.sse import StreamUsage
 from treespec.gateway.state import GatewayState
@@ -52,8 +53,10 @@ class GenerationRun:
         prompts = [truncated(p, body.truncate_prompt_tokens, info) for p in prompts]
         for prompt_ids in prompts:
             check_prompt(prompt_ids, info, prompt_param)
+        check_token_ids(body.allowed_token_ids or (), info, "allowed_token_ids")
+        bad_words = bad_word_sequences(state.tokenizer, body.bad_words or ())
         response_id = f"{id_prefix}{uuid.uuid4().hex}"
-        jobs = choice_jobs(body, prompts, token_limit, info, response_id, echoes, grammar_after)
+        jobs = choice_jobs(body, prompts, token_limit, info, response_id, echoes, grammar_after, bad_words)
         outcome = Outcome(len(jobs), sum(len(p) for p in prompts), body.n)
         observation = Observation(state.metrics, state.tracer, operation, body, token_limit, response_id)
         return cls(response_id, int(time.time()), body.model, jobs, outcome, observation, state)

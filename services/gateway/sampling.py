@@ -59,6 +59,7 @@ def choice_jobs(
     request_id: str,
     echoes: Sequence[str] | None = None,
     grammar_after: str = "",
+    bad_words: Sequence[Sequence[int]] = (),
 ) -> list[ChoiceJob]:
     """`n` jobs per prompt, indexed prompt by prompt (OpenAI's order for batched prompts); `echoes`:
     each prompt's text, to send before its completions (completions' `echo`); `grammar_after`: see
@@ -74,7 +75,7 @@ def choice_jobs(
             request = verifier_pb2.GenerateRequest(
                 request_id=f"{request_id}-{index}",
                 prompt_token_ids=prompt_ids,
-                sampling=sampling_params(body, max_new, index, grammar_after),
+                sampling=sampling_params(body, max_new, index, grammar_after, bad_words),
                 speculation=speculation_params(body),
                 cache_salt=body.cache_salt or "",
             )
@@ -94,11 +95,20 @@ def choice_jobs(
 
 
 def sampling_params(
-    body: SamplingFields, max_new_tokens: int, index: int, grammar_after: str = ""
+    body: SamplingFields,
+    max_new_tokens: int,
+    index: int,
+    grammar_after: str = "",
+    bad_words: Sequence[Sequence[int]] = (),
 ) -> verifier_pb2.SamplingParams:
-    """`grammar_after`: a thinking model's end of reasoning, after which a constraint holds."""
+    """`grammar_after`: a thinking model's end of reasoning, after which a constraint holds;
+    `bad_words`: the request's bad words as token sequences (bad_words.py)."""
     params = verifier_pb2.SamplingParams(
-        max_new_tokens=max_new_tokens, stop_token_ids=body.stop_token_ids or (), ignore_eos=body.ignore_eos
+        max_new_tokens=max_new_tokens,
+        stop_token_ids=body.stop_token_ids or (),
+        ignore_eos=body.ignore_eos,
+        allowed_token_ids=body.allowed_token_ids or (),
+        bad_words=[verifier_pb2.TokenSequence(token_ids=word) for word in bad_words],
     )
     optional = {
         "temperature": body.temperature,

@@ -58,7 +58,7 @@ from treespec.gateway.tool_schemas import (
     ToolDef,
     template_tools,
 )
-from treespec.shared.rpc.limits import MAX_TOP_LOGPROBS
+from treespec.shared.rpc.limits import MAX_BAD_WORDS, MAX_TOP_LOGPROBS
 
 MAX_N = 8
 MAX_STOP_STRINGS = 4
@@ -68,6 +68,7 @@ MAX_CHOICES = 32  # prompts x n: the Generate calls one request may open
 MAX_TOKENS_LIMIT = 2**31 - 1
 MAX_REPETITION_PENALTY = 100.0  # far past any use; keeps the value finite
 MAX_LOGIT_BIAS = 1024  # tokens one request may bias
+MAX_ALLOWED_TOKEN_IDS = 1 << 18  # more than any vocabulary served
 MAX_CACHE_SALT_CHARS = 1024
 MAX_HINT_CHARS = 1024  # safety_identifier, prompt_cache_key
 MAX_GUIDED_CHOICES = 256
@@ -116,6 +117,12 @@ class SamplingFields(BaseModel):
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     logit_bias: dict[str, float] | None = Field(default=None, max_length=MAX_LOGIT_BIAS)
+    # vLLM's: words no output may hold (each tokenized as written and after a space; bad_words.py),
+    # and the only tokens an output may hold.
+    bad_words: list[UnicodeText] | None = Field(default=None, max_length=MAX_BAD_WORDS // 2)
+    allowed_token_ids: list[TokenId] | None = Field(
+        default=None, min_length=1, max_length=MAX_ALLOWED_TOKEN_IDS
+    )
     # vLLM's: cached state (prefix cache, the n-gram memory) shared only with requests of the same salt.
     cache_salt: UnicodeText | None = Field(default=None, min_length=1, max_length=MAX_CACHE_SALT_CHARS)
     # Structured output: OpenAI's, and vLLM's guided decoding (at most one of them).
@@ -187,6 +194,13 @@ class SamplingFields(BaseModel):
     def _keeps_some_tokens(cls, value: int | None) -> int | None:
         if value == 0:
             raise ValueError("truncate_prompt_tokens must be -1 or at least 1")
+        return value
+
+    @field_validator("bad_words")
+    @classmethod
+    def _words_have_text(cls, value: list[str] | None) -> list[str] | None:
+        if any(not word.strip() for word in value or []):
+            raise ValueError("bad_words must not hold an empty or blank word")
         return value
 
     @field_validator("logit_bias")

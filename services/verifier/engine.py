@@ -268,8 +268,9 @@ class Engine:
         vocab = self.model.config.vocab_size
         if any(not 0 <= t < vocab for t in request.prompt_ids):
             raise InvalidRequestError(f"prompt token ids must be in [0, {vocab})")
-        if any(not 0 <= t < vocab for t, _ in request.sampling.logit_bias):
-            raise InvalidRequestError(f"logit_bias token ids must be in [0, {vocab})")
+        for name, token_ids in request.sampling.logit_token_ids().items():
+            if any(not 0 <= t < vocab for t in token_ids):
+                raise InvalidRequestError(f"{name} token ids must be in [0, {vocab})")
 
     def compile_constraint(self, constraint: OutputConstraint | None) -> None:
         """Compile a structured-output constraint now (cached; raises InvalidRequestError), so that

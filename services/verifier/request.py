@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from treespec.kernels.logprobs import TokenLogprobs
 from treespec.kernels.penalties import Penalties
 from treespec.shared.drafting.token_tree import TreeBudget
-from treespec.shared.rpc.limits import MAX_TOP_LOGPROBS
+from treespec.shared.rpc.limits import MAX_BAD_WORD_TOKENS, MAX_BAD_WORDS, MAX_TOP_LOGPROBS
 from treespec.verifier.grammar.constraint import OutputConstraint
 from treespec.verifier.stats import SpecStats
 
@@ -43,17 +43,30 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, amount in [-100, 100]) pairs
     min_tokens: int = 0  # no stop token (EOS, stop_token_ids) before this many output tokens
     constraint: OutputConstraint | None = None  # structured output: what the output must match
+    allowed_token_ids: tuple[int, ...] = ()  # only these may be generated (empty: any)
+    bad_words: tuple[tuple[int, ...], ...] = ()  # token sequences no output may end with
 
     @property
     def adjusts_logits(self) -> bool:
         """Whether the sampling distribution is not the logits' own (bias, min_tokens, penalties,
-        a constraint)."""
+        a constraint, allowed or banned tokens)."""
         return (
             bool(self.logit_bias)
             or self.penalties.active
             or self.min_tokens > 0
             or self.constraint is not None
+            or bool(self.allowed_token_ids)
+            or bool(self.bad_words)
         )
+
+    def logit_token_ids(self) -> dict[str, list[int]]:
+        """The token ids whose logits the request adjusts, by field (the engine checks them against
+        its vocabulary)."""
+        return {
+            "logit_bias": [t for t, _ in self.logit_bias],
+            "allowed_token_ids": list(self.allowed_token_ids),
+            "bad_words": [t for word in self.bad_words for t in word],
+        }
 
     def stop_ids(self, eos_token_ids: Collection[int]) -> frozenset[int]:
         """The tokens that end this request: its stop token ids, and EOS unless it ignores EOS."""
@@ -93,6 +106,13 @@ class SamplingParams:
                 all(t >= 0 and -100.0 <= a <= 100.0 for t, a in self.logit_bias),
                 "logit_bias amounts must be in [-100, 100]",
             ),
+            (
+                len(self.bad_words) <= MAX_BAD_WORDS
+                and all(1 <= len(word) <= MAX_BAD_WORD_TOKENS for word in self.bad_words),
+                f"bad_words must be at most {MAX_BAD_WORDS} token sequences of 1 to "
+                f"{MAX_BAD_WORD_TOKENS} tokens",
+            ),
+            (all(t >= 0 for ids in self.logit_token_ids().values() for t in ids), "token ids must be >= 0"),
         ]
         for ok, message in checks:
             if not ok:

@@ -14,6 +14,7 @@ from treespec.kernels.logit_bias import apply_logit_bias
 from treespec.kernels.logits_processing import probs_from_logits
 from treespec.kernels.min_tokens import forbid_early_stops
 from treespec.kernels.penalties import penalize_tree_rows
+from treespec.kernels.token_bans import ban_bad_words, keep_allowed
 from treespec.shared.drafting.token_tree import TokenTree
 from treespec.verifier.forward_stage import ForwardItem, ForwardResult
 
@@ -81,8 +82,8 @@ def _sampling_probs(
 
 
 def _item_logits(logits: torch.Tensor, item: ForwardItem, eos_token_ids: Collection[int]) -> torch.Tensor:
-    """The item's tree rows, with its request's logit bias and min_tokens, then its penalties, each
-    for the row's own path (as vLLM orders them), then its grammar's mask."""
+    """The item's tree rows, with its request's allowed tokens, bad words, logit bias and min_tokens,
+    then its penalties, each for the row's own path (as vLLM orders them), then its grammar's mask."""
     tree = _tree(item)
     raw = logits[item.logits_start : item.logits_start + tree.num_nodes]
     rows = _adjusted(raw, item, eos_token_ids)
@@ -96,6 +97,12 @@ def _item_logits(logits: torch.Tensor, item: ForwardItem, eos_token_ids: Collect
 def _adjusted(rows: torch.Tensor, item: ForwardItem, eos_token_ids: Collection[int]) -> torch.Tensor:
     tree = _tree(item)
     sampling = item.state.request.sampling
+    state = item.state
+    if sampling.allowed_token_ids:
+        rows = keep_allowed(rows, sampling.allowed_token_ids)
+    if sampling.bad_words:
+        output = state.tokens[state.num_prompt :]
+        rows = ban_bad_words(rows, sampling.bad_words, output, tree.tokens, tree.parents)
     if sampling.logit_bias:
         rows = apply_logit_bias(rows, sampling.logit_bias)
     if sampling.min_tokens:
@@ -103,7 +110,6 @@ def _adjusted(rows: torch.Tensor, item: ForwardItem, eos_token_ids: Collection[i
         rows = forbid_early_stops(rows, tree.parents, item.state.num_output, sampling.min_tokens, stops)
     if not sampling.penalties.active:
         return rows
-    state = item.state
     prompt, output = state.tokens[: state.num_prompt], state.tokens[state.num_prompt :]
     return penalize_tree_rows(rows, sampling.penalties, prompt, output, tree.tokens, tree.parents)
 

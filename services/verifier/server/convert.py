@@ -71,6 +71,8 @@ def sampling_params(msg: pb.SamplingParams) -> SamplingParams:
         logit_bias=tuple(sorted(msg.logit_bias.items())),
         min_tokens=_get(msg, "min_tokens", d.min_tokens),
         constraint=output_constraint(msg.constraint) if msg.HasField("constraint") else None,
+        allowed_token_ids=tuple(msg.allowed_token_ids),
+        bad_words=tuple(tuple(word.token_ids) for word in msg.bad_words),
     )
 
 

@@ -28,6 +28,8 @@ class Setting:
     presence: float = 0.0
     frequency: float = 0.0
     repetition: float = 1.0
+    bad_words: tuple[tuple[int, ...], ...] = ()
+    allowed: tuple[int, ...] = ()  # empty: any token
 
 
 @dataclass(frozen=True)
@@ -63,9 +65,15 @@ def make_tiny(path: Path, layers: int = LAYERS) -> Tiny:
 
 
 def penalized(logits: torch.Tensor, output: tuple[int, ...], s: Setting) -> torch.Tensor:
-    """vLLM's penalties, token by token: repetition over prompt and output, then frequency and
-    presence over the output."""
+    """vLLM's rules, token by token: the allowed tokens, then the bad words over the output, then
+    repetition over prompt and output, then frequency and presence over the output."""
     row = logits.clone()
+    for token in range(row.shape[0]):
+        if s.allowed and token not in s.allowed:
+            row[token] = float("-inf")
+    for word in s.bad_words:
+        if len(word) - 1 <= len(output) and output[len(output) - (len(word) - 1) :] == word[:-1]:
+            row[word[-1]] = float("-inf")
     for token in range(row.shape[0]):
         if token in PROMPT or token in output:
             value = float(row[token])

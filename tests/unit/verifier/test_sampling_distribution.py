@@ -140,6 +140,8 @@ def _requests(
                 presence_penalty=s.presence,
                 frequency_penalty=s.frequency,
                 repetition_penalty=s.repetition,
+                bad_words=s.bad_words,
+                allowed_token_ids=s.allowed,
                 seed=i if seeded else None,
                 max_new_tokens=NEW,
                 ignore_eos=True,
@@ -181,3 +183,27 @@ def test_seeded_requests_follow_the_target_whatever_the_draft(tiny: Tiny) -> Non
         outcomes = [tuple(results[f"{name}/{i}"].token_ids) for i in range(SAMPLES)]
         assert outcomes == [tuple(plain[f"{name}/{i}"].token_ids) for i in range(SAMPLES)], name
         check_follows_target(tiny, s, outcomes, name)
+
+
+def test_bans_follow_the_target(tiny: Tiny) -> None:
+    """bad_words and allowed_token_ids hold on every tree row's own path: the likeliest second and
+    third tokens make a bad word (the third's row lies inside a tree, below the second's node), the
+    runner-up first token is a banned single one, and the runner-up second token is not allowed
+    (kernels/token_bans.py)."""
+    first, runner_up = tiny.logits[()].topk(2).indices.tolist()
+    after_first = tiny.logits[(first,)].topk(6).indices.tolist()
+    second, barred = [t for t in after_first if t not in (first, runner_up)][:2]
+    after_second = tiny.logits[(first, second)].topk(6).indices.tolist()
+    third = next(t for t in after_second if t not in (runner_up, barred))
+    banned = {"bans": Setting(1.0, bad_words=((second, third), (runner_up,)), allowed=tuple(
+        t for t in range(len(tiny.logits[()])) if t != barred
+    ))}  # fmt: skip
+    engine = _engine(tiny, TableDrafter(tiny))
+    torch.manual_seed(2027)
+    results = engine.generate(_requests(banned, seeded=False, speculation=SPECULATION))
+    # The drafts come from the unbanned q, so their banned branches are rejected; the rest accepted.
+    assert engine.stats.accepted_tokens > SAMPLES // 2, "speculation barely happened"
+    outcomes = [tuple(results[f"bans/{i}"].token_ids) for i in range(SAMPLES)]
+    assert all(o[1:] != (second, third) and runner_up not in o and barred not in o for o in outcomes)
+    assert sum(o[:2] == (first, second) for o in outcomes) > SAMPLES // 20  # the word's first token comes
+    check_follows_target(tiny, banned["bans"], outcomes, "bans")
