@@ -64,6 +64,7 @@ class TextDelta:
     logprobs: tuple[TokenLogprob, ...] = ()  # the tokens this text completes, when asked for
     offset: int = 0  # where `text` starts in the choice's whole text
     completion_tokens: int = 0  # the choice's output tokens so far, this text's included
+    token_ids: tuple[int, ...] = ()  # the tokens received since the delta before (end tokens too)
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,8 @@ class ChoiceEnd:
     completion_tokens: int
     spec: SpecFigures | None  # None when a stop string cut the generation short
     cached_tokens: int = 0  # prompt tokens the verifier found in its prefix cache (0: unknown)
+    token_ids: tuple[int, ...] = ()  # the tokens received after the last delta (an end token)
+    matched: int | str | None = None  # what stopped it: an end token id, or a stop string
 
 
 Event = TextDelta | ChoiceEnd
@@ -108,12 +111,15 @@ async def run_choice(
     stops = StopStringMatcher(job.stop_strings, job.include_stop_str)
     count = sent = 0  # tokens received, characters sent
     pending: list[TokenLogprob] = []  # tokens whose text has not been sent yet
+    received: list[int] = []  # tokens not yet on a delta
     echo = job.echo
 
     def delta(text: str, entries: tuple[TokenLogprob, ...]) -> TextDelta:
         nonlocal sent
         sent += len(text)
-        return TextDelta(job.index, text, entries, sent - len(text), count)
+        tokens = tuple(received)
+        received.clear()
+        return TextDelta(job.index, text, entries, sent - len(text), count, tokens)
 
     async with aclosing(client.generate(job.request, trace_context)) as chunks:
         async for chunk in chunks:
@@ -123,6 +129,7 @@ async def run_choice(
             entries = chunk.logprobs if len(chunk.logprobs) == len(chunk.token_ids) else None
             for j, token in enumerate(chunk.token_ids):
                 count += 1
+                received.append(token)
                 if token in job.end_token_ids:
                     continue
                 if entries is not None:
@@ -132,13 +139,15 @@ async def run_choice(
                     yield delta(check.text, tuple(pending))
                     pending.clear()
                 if check.stopped:
-                    yield ChoiceEnd(job.index, "stop", count, None)
+                    yield ChoiceEnd(
+                        job.index, "stop", count, None, token_ids=tuple(received), matched=check.matched
+                    )
                     return
             if chunk.finish_reason != verifier_pb2.FINISH_REASON_UNSPECIFIED:
                 tail = stops.flush()
                 if tail or pending:
                     yield delta(tail, tuple(pending))
-                yield _choice_end(job.index, chunk, count)
+                yield _choice_end(job, chunk, count, tuple(received))
                 return
     raise verifier_unavailable("the generation stream ended without a finish reason")
 
@@ -154,11 +163,16 @@ def _prompt_entries(
     return (TokenLogprob(ids[0], None, ()), *rest)
 
 
-def _choice_end(index: int, chunk: verifier_pb2.GenerateChunk, count: int) -> ChoiceEnd:
+def _choice_end(
+    job: ChoiceJob, chunk: verifier_pb2.GenerateChunk, count: int, token_ids: tuple[int, ...]
+) -> ChoiceEnd:
+    """`token_ids`: the tokens received after the last delta."""
     reason = _FINISH_REASONS.get(chunk.finish_reason)
     if reason is None:
         raise verifier_unavailable("the request was aborted (the model server is shutting down)")
     completion_tokens = chunk.usage.completion_tokens if chunk.HasField("usage") else count
     cached = chunk.usage.cached_prompt_tokens if chunk.HasField("usage") else 0
     spec = SpecFigures.from_proto(chunk.speculation) if chunk.HasField("speculation") else None
-    return ChoiceEnd(index, reason, completion_tokens, spec, cached)
+    last = chunk.token_ids[-1] if chunk.token_ids else None
+    matched = last if reason == "stop" and last in job.end_token_ids else None
+    return ChoiceEnd(job.index, reason, completion_tokens, spec, cached, token_ids, matched)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 class StopCheck:
     text: str  # safe to send now
     stopped: bool  # a stop string was found: `text` ends right before it (or with it), generation is over
+    matched: str | None = None  # the stop string found
 
 
 class StopStringMatcher:
@@ -38,7 +39,7 @@ class StopStringMatcher:
         if found is not None:
             cut, stop = found
             self._held, self.stopped = "", True
-            return StopCheck(buffer[: cut + len(stop)] if self._include_stop else buffer[:cut], True)
+            return StopCheck(buffer[: cut + len(stop)] if self._include_stop else buffer[:cut], True, stop)
         keep = self._partial_stop_length(buffer)
         self._held = buffer[len(buffer) - keep :]
         return StopCheck(buffer[: len(buffer) - keep], False)

@@ -54,5 +54,10 @@ class PromptTokenizer:
     def text_prompt(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return list(self._hf.encode(text, add_special_tokens=add_special_tokens))
 
+    def raw_prompts(self, prompts: list[str | list[int]]) -> list[list[int]]:
+        """Prompts without a chat template (completions, SGLang's /generate): text tokenized, token
+        ids as given."""
+        return [self.text_prompt(p) if isinstance(p, str) else p for p in prompts]
+
     def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
         return str(self._hf.decode(token_ids, skip_special_tokens=skip_special_tokens))

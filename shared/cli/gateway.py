@@ -18,8 +18,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p = subparsers.add_parser(
         "gateway",
         help="the OpenAI-compatible HTTP gateway (tokenizer, chat template, streaming)",
-        description="Serve /v1/chat/completions, /v1/completions, /v1/responses, /v1/models, /health and "
-        "/metrics, generating through the verifier(s) over gRPC, until SIGTERM or SIGINT.",
+        description="Serve /v1/chat/completions, /v1/completions, /v1/responses, /v1/models, SGLang's "
+        "/generate, /health and /metrics, generating through the verifier(s) over gRPC, until SIGTERM "
+        "or SIGINT.",
     )
     p.add_argument(
         "--verifier-address",

@@ -29,7 +29,7 @@ async def completions(
     body: CompletionRequest, request: Request, state: Annotated[GatewayState, Depends(gateway_state)]
 ) -> Response:
     state.check_model(body.model)
-    prompts = await asyncio.to_thread(_tokenize, state.tokenizer, body.prompts)
+    prompts = await asyncio.to_thread(state.tokenizer.raw_prompts, body.prompts)
     echoes = await asyncio.to_thread(_echoes, state.tokenizer, body.prompts) if body.echo else None
     run = await GenerationRun.start(
         state, body, prompts, body.token_limit, "text_completion", "cmpl-", echoes
@@ -64,10 +64,6 @@ async def completions(
         meta_info=outcome.meta_info,
     )
     return JSONResponse(response.model_dump(mode="json"))
-
-
-def _tokenize(tokenizer: PromptTokenizer, prompts: list[str | list[int]]) -> list[list[int]]:
-    return [tokenizer.text_prompt(p) if isinstance(p, str) else p for p in prompts]
 
 
 def _echoes(tokenizer: PromptTokenizer, prompts: list[str | list[int]]) -> list[str]:

@@ -67,6 +67,9 @@ def test_text_and_the_final_figures(tokenizer: Tokenizer) -> None:
     assert isinstance(end, ChoiceEnd) and end.finish_reason == "stop"
     assert end.completion_tokens == len(ids) + 1  # but counts as a token
     assert end.spec is not None and end.spec.acceptance_length == pytest.approx(7 / 3)
+    # Every token received rides on a delta or the end (SGLang's output_ids), and EOS is what stopped.
+    received = [t for e in events for t in e.token_ids]
+    assert received == [*ids, EOS] and end.token_ids == (EOS,) and end.matched == EOS
 
 
 def test_a_non_special_stop_token_adds_no_text(tokenizer: Tokenizer) -> None:
@@ -89,6 +92,7 @@ def test_a_stop_string_split_across_tokens_cancels_the_call(tokenizer: Tokenizer
     assert isinstance(end, ChoiceEnd) and end.finish_reason == "stop" and end.spec is None
     consumed = len(_ids(tokenizer, "Answer: 42</done>"))
     assert end.completion_tokens == consumed  # up to the token that completed the stop string
+    assert end.matched == "</done>" and [t for e in events for t in e.token_ids] == ids[:consumed]
     assert verifier.closed_early
 
 
@@ -99,6 +103,7 @@ def test_held_back_text_is_released_at_the_end(tokenizer: Tokenizer) -> None:
     )
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "wait <"
     assert isinstance(events[-1], ChoiceEnd) and events[-1].finish_reason == "length"
+    assert events[-1].matched is None and [t for e in events for t in e.token_ids] == ids
 
 
 @pytest.mark.parametrize(

@@ -76,13 +76,13 @@ def test_unarmed_text_passes_whole_and_then_stops_count() -> None:
     assert matcher.push("a E", armed=False) == StopCheck("a E", False)
     assert matcher.push("ND b END c", armed=False) == StopCheck("ND b END c", False)
     assert matcher.push(" then E") == StopCheck(" then ", False)
-    assert matcher.push("ND") == StopCheck("", True)
+    assert matcher.push("ND") == StopCheck("", True, "END")
 
 
 def test_the_stop_string_may_be_kept() -> None:
     """vLLM's include_stop_str_in_output: the text ends with the stop string found."""
     matcher = StopStringMatcher(["END", "b"], include_stop=True)
     assert matcher.push("a E") == StopCheck("a ", False)
-    assert matcher.push("ND b") == StopCheck("END", True)  # the earliest stop, kept
+    assert matcher.push("ND b") == StopCheck("END", True, "END")  # the earliest stop, kept
     kept = StopStringMatcher(["ND", "END"], include_stop=True)
-    assert kept.push("xEND y") == StopCheck("xEND", True)  # "END" starts first, though listed second
+    assert kept.push("xEND y") == StopCheck("xEND", True, "END")  # "END" starts first, though listed second

@@ -1,0 +1,151 @@
+"""SGLang's native POST /generate against the real gateway and verifier (random drafts): the same
+generation as the completion of the same prompt, answered in SGLang's shape (text, output_ids,
+meta_info with finish_reason, counts and log-probabilities), batched, streamed with the text so far,
+and bad fields a 400 naming them by SGLang's names."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.services.gateway_stack import COUNTING, MODEL
+from treespec.gateway.tokenizer import PromptTokenizer
+
+pytestmark = pytest.mark.slow
+
+GREEDY = {"temperature": 0, "max_new_tokens": 8}
+
+
+def _generate(http: httpx.Client, **body: Any) -> Any:
+    response = http.post("/generate", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_a_generation_is_the_completion_of_the_same_prompt(
+    http: httpx.Client, tokenizer: PromptTokenizer
+) -> None:
+    out = _generate(http, text=COUNTING, sampling_params=GREEDY)
+    completion = http.post(
+        "/v1/completions", json={"model": MODEL, "prompt": COUNTING, "max_tokens": 8, "temperature": 0}
+    ).json()
+    assert out["text"] == completion["choices"][0]["text"] and out["text"]
+    assert tokenizer.decode(out["output_ids"]) == out["text"]
+    meta = out["meta_info"]
+    assert meta["prompt_tokens"] == completion["usage"]["prompt_tokens"]
+    assert meta["completion_tokens"] == len(out["output_ids"]) == 8
+    assert meta["finish_reason"] == {"type": "length", "length": 8}
+    assert meta["id"] and meta["e2e_latency"] > 0 and meta["spec_verify_ct"] >= 1
+    same = _generate(http, input_ids=tokenizer.text_prompt(COUNTING), sampling_params=GREEDY, rid="mine")
+    assert same["text"] == out["text"] and same["meta_info"]["id"] == "mine"
+
+
+def test_what_stopped_it_is_matched(http: httpx.Client, tokenizer: PromptTokenizer) -> None:
+    whole = _generate(http, text=COUNTING, sampling_params={**GREEDY, "max_new_tokens": 12})["text"]
+    stop = whole.strip().split(",")[1].strip()  # the second number it writes
+    cut = _generate(http, text=COUNTING, sampling_params={**GREEDY, "max_new_tokens": 12, "stop": [stop]})
+    assert cut["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop}
+    assert whole.startswith(cut["text"]) and not cut["text"].endswith(stop)
+    kept = _generate(
+        http,
+        text=COUNTING,
+        sampling_params={**GREEDY, "max_new_tokens": 12, "stop": [stop], "no_stop_trim": True},
+    )
+    assert kept["text"] == cut["text"] + stop
+    token = _generate(http, text=COUNTING, sampling_params=GREEDY)["output_ids"][2]
+    by_id = _generate(http, text=COUNTING, sampling_params={**GREEDY, "stop_token_ids": [token]})
+    assert by_id["meta_info"]["finish_reason"] == {"type": "stop", "matched": token}
+    assert by_id["output_ids"][-1] == token and len(by_id["output_ids"]) == 3
+
+
+def test_a_batch_with_n_answers_a_list_prompt_by_prompt(http: httpx.Client) -> None:
+    outs = _generate(
+        http, text=[COUNTING, "The sky is"], rid=["a", "b"],
+        sampling_params={"max_new_tokens": 4, "n": 2, "temperature": 0.8, "sampling_seed": 7},
+    )  # fmt: skip
+    assert [o["meta_info"]["id"] for o in outs] == ["a-0", "a-1", "b-0", "b-1"]
+    assert all(o["meta_info"]["completion_tokens"] == len(o["output_ids"]) for o in outs)
+    assert outs[0]["meta_info"]["prompt_tokens"] != outs[2]["meta_info"]["prompt_tokens"]
+
+
+def test_a_stream_sends_the_text_so_far_and_ends_as_the_whole(http: httpx.Client) -> None:
+    whole = _generate(http, text=COUNTING, sampling_params=GREEDY)
+    with http.stream(
+        "POST", "/generate", json={"text": COUNTING, "sampling_params": GREEDY, "stream": True}
+    ) as r:
+        assert r.status_code == 200
+        lines = [line.removeprefix("data: ") for line in r.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    events = [json.loads(line) for line in lines[:-1]]
+    assert len(events) >= 2
+    for before, after in itertools.pairwise(events):
+        assert after["text"].startswith(before["text"])
+        assert after["output_ids"][: len(before["output_ids"])] == before["output_ids"]
+    assert all(e["meta_info"]["finish_reason"] is None for e in events[:-1])
+    last = events[-1]
+    assert (last["text"], last["output_ids"]) == (whole["text"], whole["output_ids"])
+    assert last["meta_info"]["finish_reason"] == whole["meta_info"]["finish_reason"]
+
+
+def test_logprobs_of_the_output_and_of_the_prompt(http: httpx.Client, tokenizer: PromptTokenizer) -> None:
+    out = _generate(
+        http, text=COUNTING, sampling_params=GREEDY, return_logprob=True, top_logprobs_num=2,
+        logprob_start_len=1, return_text_in_logprobs=True,
+    )  # fmt: skip
+    meta = out["meta_info"]
+    completion = http.post(
+        "/v1/completions",
+        json={
+            "model": MODEL,
+            "prompt": COUNTING,
+            "max_tokens": 8,
+            "temperature": 0,
+            "logprobs": 2,
+            "echo": True,
+        },
+    ).json()["choices"][0]["logprobs"]
+    prompt_len = meta["prompt_tokens"]
+    assert [e[1] for e in meta["output_token_logprobs"]] == out["output_ids"]
+    assert [e[2] for e in meta["output_token_logprobs"]] == completion["tokens"][prompt_len:]
+    for got, want in zip(
+        meta["output_token_logprobs"], completion["token_logprobs"][prompt_len:], strict=True
+    ):
+        assert got[0] == pytest.approx(want, abs=1e-3)
+    assert all(len(tops) == 2 for tops in meta["output_top_logprobs"])
+    prompt_ids = tokenizer.text_prompt(COUNTING)
+    assert [e[1] for e in meta["input_token_logprobs"]] == prompt_ids[1:]  # from logprob_start_len
+    for got, want in zip(
+        meta["input_token_logprobs"], completion["token_logprobs"][1:prompt_len], strict=True
+    ):
+        assert got[0] == pytest.approx(want, abs=1e-3)
+    plain = _generate(http, text=COUNTING, sampling_params=GREEDY, return_logprob=True)["meta_info"]
+    assert "input_token_logprobs" not in plain and plain["output_token_logprobs"][0][2] is None
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"text": "hi", "input_ids": [1, 2]}, None),
+        ({}, None),
+        ({"text": "hi", "sampling_params": {"max_new_tokens": 0}}, "sampling_params.max_new_tokens"),
+        ({"text": "hi", "sampling_params": {"temperature": -1}}, "sampling_params.temperature"),
+        ({"text": "hi", "sampling_params": {"json_schema": 3}}, "sampling_params.json_schema"),
+        ({"text": "hi", "sampling_params": {"colour": "red"}}, "sampling_params.colour"),
+        ({"text": ["a", "b"], "rid": ["x"]}, None),
+        ({"text": "hi", "image_data": "x.png"}, "image_data"),
+        ({"input_ids": [10**7]}, "input_ids"),
+        ({"text": "hi " * 9000}, "text"),
+        ({"text": ["a"] * 5, "sampling_params": {"n": 8}}, "sampling_params.n"),
+    ],
+)
+def test_bad_fields_are_a_400(http: httpx.Client, body: dict[str, Any], param: str | None) -> None:
+    response = http.post("/generate", json=body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["message"]
+    if param is not None:
+        assert (error["param"] or "").startswith(param), error
