@@ -18,6 +18,7 @@ from treespec.gateway.guards import RequestGuard
 from treespec.gateway.metrics import GatewayMetrics, RequestCounter
 from treespec.gateway.responses_api.store import ResponseStore
 from treespec.gateway.routes import (
+    cache,
     chat,
     completions,
     models,
@@ -78,7 +79,8 @@ def create_app(
         strict_content_type=False,  # no Content-Type is read as JSON; a wrong one is refused (guards)
     )
     install_error_handlers(app)
-    for module in (chat, completions, models, native, ops, responses_api, stored_responses, tokenize):
+    routes = (cache, chat, completions, models, native, ops, responses_api, stored_responses, tokenize)
+    for module in routes:
         # The limit per route, not per app: the app-wide one answers a too-large Content-Length in
         # plain text, where RequestGuard answers it in OpenAI's JSON before any route runs.
         app.include_router(module.router, max_body_size=config.max_body_bytes)

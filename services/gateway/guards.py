@@ -1,6 +1,8 @@
-"""What every /v1 request must carry, checked before routing (so before the body is read): the API
-key when keys are configured (401 otherwise), a declared body size within the limit (413), and a
-JSON body on POST (415 otherwise). /health, /metrics and /version stay open."""
+"""What every request must carry, checked before routing (so before the body is read): the API key
+when keys are configured (401 otherwise), a declared body size within the limit (413), and a JSON
+body on POST (415 otherwise). /health, /metrics, /version and the API's own docs stay open; every
+other path (the /v1 API, SGLang's /generate and /flush_cache, /tokenize) is guarded, as SGLang
+guards them."""
 
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from treespec.gateway.errors import APIError
 
-API_PREFIX = "/v1/"
+OPEN_PATHS = frozenset(
+    {"/health", "/metrics", "/version", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}
+)
 
 
 class RequestGuard:
@@ -23,7 +27,7 @@ class RequestGuard:
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(API_PREFIX):
+        if scope["type"] == "http" and scope["path"] not in OPEN_PATHS:
             error = self._refusal(scope)
             if error is not None:
                 await error.response()(scope, receive, send)

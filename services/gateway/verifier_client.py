@@ -155,6 +155,17 @@ class VerifierClient:
         except grpc.aio.AioRpcError as exc:
             raise api_error(exc) from exc
 
+    async def flush_cache(self) -> int:
+        """Have the verifier forget its cached prefixes; the KV blocks it gave back. A 400 while it
+        runs requests. With several replicas, the one the call reaches."""
+        try:
+            reply = await self._stub.FlushCache(verifier_pb2.FlushCacheRequest(), timeout=self._timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                raise APIError(400, exc.details() or "the verifier is busy", code="engine_busy") from exc
+            raise api_error(exc) from exc
+        return int(reply.freed_blocks)
+
     async def close(self) -> None:
         await self._channel.close()
 

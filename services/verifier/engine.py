@@ -35,6 +35,7 @@ from treespec.verifier.grammar.constraint import OutputConstraint
 from treespec.verifier.grammar.matcher import GrammarState
 from treespec.verifier.grammar.reasoning_gate import ReasoningGate
 from treespec.verifier.request import (
+    EngineBusyError,
     FinishReason,
     GenerationRequest,
     InvalidRequestError,
@@ -242,6 +243,17 @@ class Engine:
         if self.prefix_cache is not None:
             self.prefix_cache.clear()
         return measure_verify_cost(self.model, self._forward.backend, self.cache, tree_nodes)
+
+    def flush_cache(self) -> int:
+        """Forget every cached prompt prefix; the blocks it held. Only on an idle engine (a running
+        request's blocks stay its own): EngineBusyError otherwise."""
+        if self.has_work():
+            raise EngineBusyError("the prefix cache is flushed only while no request runs or waits")
+        if self.prefix_cache is None:
+            return 0
+        before = self.prefix_cache.num_cached_blocks
+        self.prefix_cache.clear()
+        return before - self.prefix_cache.num_cached_blocks
 
     @property
     def num_free_blocks(self) -> int:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from treespec.kernels.logprobs import TokenLogprobs
 from treespec.kernels.penalties import Penalties
 from treespec.shared.drafting.token_tree import TreeBudget
+from treespec.shared.rpc.errors import FailedPreconditionError
 from treespec.shared.rpc.limits import MAX_BAD_WORD_TOKENS, MAX_BAD_WORDS, MAX_TOP_LOGPROBS
 from treespec.verifier.grammar.constraint import OutputConstraint
 from treespec.verifier.stats import SpecStats
@@ -17,6 +18,10 @@ from treespec.verifier.stats import SpecStats
 
 class InvalidRequestError(ValueError):
     """A request the engine refuses: bad parameters, or a prompt beyond the context."""
+
+
+class EngineBusyError(FailedPreconditionError):
+    """What needs an idle engine was asked of one with requests (flushing the prefix cache)."""
 
 
 @dataclass(frozen=True)

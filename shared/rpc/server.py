@@ -10,13 +10,17 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from treespec.shared.rpc.errors import FailedPreconditionError
+
 log = logging.getLogger(__name__)
+
 
 # Domain errors -> status codes, in one place (servicers stay thin and just raise).
 ERROR_CODES: list[tuple[type[BaseException], grpc.StatusCode]] = [
     (ValueError, grpc.StatusCode.INVALID_ARGUMENT),
     (KeyError, grpc.StatusCode.NOT_FOUND),
     (TimeoutError, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (FailedPreconditionError, grpc.StatusCode.FAILED_PRECONDITION),
 ]
 
 

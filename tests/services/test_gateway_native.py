@@ -149,3 +149,9 @@ def test_bad_fields_are_a_400(http: httpx.Client, body: dict[str, Any], param: s
     assert error["message"]
     if param is not None:
         assert (error["param"] or "").startswith(param), error
+
+
+def test_generate_and_the_tokenizer_are_behind_the_api_key(url: str) -> None:
+    for path, body in (("/generate", {"text": "hi"}), ("/tokenize", {"prompt": "hi"})):
+        assert httpx.post(f"{url}{path}", json=body).status_code == 401
+    assert httpx.get(f"{url}/health").status_code == 200  # open

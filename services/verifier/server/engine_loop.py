@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from treespec.verifier.engine import Engine
-from treespec.verifier.request import FinishReason, GenerationRequest, RequestOutput
+from treespec.verifier.request import EngineBusyError, FinishReason, GenerationRequest, RequestOutput
 from treespec.verifier.server.observer import EngineSnapshot, FinishedRequest, LoopObserver
 from treespec.verifier.server.output_stream import OutputStream
 
@@ -129,6 +129,14 @@ class EngineLoop:
             self._routes[rid] = route
         self._wake.set()
         return OutputStream(rid, route.queue, lambda: self._release(rid, route))
+
+    def flush_cache(self) -> int:
+        """Forget the engine's cached prefixes; the blocks given back. Under the lock, with no
+        request live: the engine thread is then waiting, not stepping (EngineBusyError otherwise)."""
+        with self._lock:
+            if self._routes:
+                raise EngineBusyError("the prefix cache is flushed only while no request runs or waits")
+            return self.engine.flush_cache()
 
     def abort(self, request_id: str) -> None:
         """Abort a live request; its stream ends with an ABORT output."""

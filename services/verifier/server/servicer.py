@@ -73,3 +73,8 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
         self, request: pb.GetStatsRequest, context: grpc.aio.ServicerContext
     ) -> pb.EngineStats:
         return convert.engine_stats(self._loop.snapshot())
+
+    async def FlushCache(
+        self, request: pb.FlushCacheRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FlushCacheReply:
+        return pb.FlushCacheReply(freed_blocks=self._loop.flush_cache())

@@ -5,7 +5,10 @@ the outputs of one that computes every prompt, under speculation, preemption and
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 from tests.services.recording_drafter import RecordingDrafter
 from treespec.drafter.random_tree.drafter import RandomTreeDrafter
@@ -14,7 +17,7 @@ from treespec.shared.model.kv_cache import BlockAllocator
 from treespec.shared.model.prefix_cache import PrefixCache
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine
-from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
+from treespec.verifier.request import EngineBusyError, GenerationRequest, SamplingParams, SpeculationParams
 
 VOCAB = 97
 BS = 4
@@ -212,3 +215,27 @@ def test_the_engine_reuses_a_salted_prompt_for_its_salt_only(tiny_path: Path, ti
     assert hits_of("plain2", "") == 24
     opened = {c.key: c.cache_salt for c in drafter.calls("open")}
     assert opened == {"a1": "tenant-a", "b1": "tenant-b", "plain1": "", "a2": "tenant-a", "plain2": ""}
+
+
+def test_a_flush_forgets_every_cached_prefix_of_an_idle_engine(tiny_path: Path, tiny_model: CausalLM) -> None:
+    config = EngineConfig(model_path=tiny_path, page_size=BS, max_total_tokens=1024)
+    engine = Engine(config, None, tiny_model)
+    cache = engine.prefix_cache
+    assert cache is not None
+    prompt = list(range(5, 30))
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=3)
+
+    def run(rid: str) -> int:
+        before = cache.hit_tokens
+        engine.generate([GenerationRequest(rid, prompt, sampling, SpeculationParams(enabled=False))])
+        return cache.hit_tokens - before
+
+    assert run("first") == 0 and run("cached") == 24
+    held = cache.num_cached_blocks
+    assert held >= 6 and engine.flush_cache() == held
+    assert cache.num_cached_blocks == 0 and engine.num_free_blocks == config.num_blocks
+    assert run("after") == 0  # computed again
+    engine.add_request(GenerationRequest("busy", prompt, sampling, SpeculationParams(enabled=False)))
+    with pytest.raises(EngineBusyError):
+        engine.flush_cache()
+    assert Engine(replace(config, prefix_caching=False), None, tiny_model).flush_cache() == 0
