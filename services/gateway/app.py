@@ -16,6 +16,7 @@ from treespec.gateway.config import GatewayConfig
 from treespec.gateway.errors import APIError, install_error_handlers
 from treespec.gateway.guards import RequestGuard
 from treespec.gateway.metrics import GatewayMetrics, RequestCounter
+from treespec.gateway.responses_api.background import BackgroundResponses
 from treespec.gateway.responses_api.store import ResponseStore
 from treespec.gateway.routes import (
     cache,
@@ -53,6 +54,7 @@ def create_app(
     metrics = GatewayMetrics(registry if registry is not None else CollectorRegistry())
     tokenizer = PromptTokenizer(config.model_path)
     responses = ResponseStore(config.responses_store_size)
+    background = BackgroundResponses()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -62,14 +64,14 @@ def create_app(
             timeout_s=config.verifier_timeout_s,
             attempts=config.model_info_attempts,
         )
-        app.state.gateway = GatewayState(
-            config, tokenizer, verifier, metrics, provider.get_tracer(TRACER_NAME), responses
-        )
+        tracer = provider.get_tracer(TRACER_NAME)
+        app.state.gateway = GatewayState(config, tokenizer, verifier, metrics, tracer, responses, background)
         warm_up = asyncio.create_task(_warm_up(verifier))
         try:
             yield
         finally:
             warm_up.cancel()
+            await background.close()
             await verifier.close()
 
     app = FastAPI(

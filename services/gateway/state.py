@@ -14,6 +14,7 @@ from treespec.gateway.errors import APIError
 from treespec.gateway.metrics import GatewayMetrics
 from treespec.gateway.reasoning_parsers import REASONING_PARSERS
 from treespec.gateway.reasoning_parsers.base import ReasoningParser
+from treespec.gateway.responses_api.background import BackgroundResponses
 from treespec.gateway.responses_api.store import ResponseStore
 from treespec.gateway.tokenizer import PromptTokenizer
 from treespec.gateway.tool_parsers import TOOL_CALL_PARSERS
@@ -28,6 +29,7 @@ class GatewayState:
     metrics: GatewayMetrics
     tracer: Tracer
     responses: ResponseStore  # the stored Responses API responses
+    background: BackgroundResponses  # those being made in the background
     # When the gateway started: the model's `created`, the same in every answer.
     started: int = field(default_factory=lambda: int(time.time()))
 

@@ -193,7 +193,7 @@ def test_text_format_constrains_the_output(client: openai.OpenAI) -> None:
     ("body", "param"),
     [
         ({"input": "hi", "conversation": "conv_1"}, "conversation"),
-        ({"input": "hi", "background": True}, "background"),
+        ({"input": "hi", "background": True, "store": False}, "background"),
         ({"input": "hi", "colour": "red"}, "colour"),
         ({"input": []}, "input"),
         ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input"),

@@ -1,10 +1,12 @@
 """Stored responses through the real gateway and verifier (SmolLM2, random drafts), with the OpenAI
 SDK: `previous_response_id` continues a conversation exactly as sending all of it would; a stored
 response reads back, lists its input items page by page and is deleted; `store: false` keeps
-nothing; what is not there is a 404 naming it."""
+nothing; what is not there is a 404 naming it; a background response is fetched later, or
+cancelled."""
 
 from __future__ import annotations
 
+import time
 from typing import Any, cast
 
 import httpx
@@ -130,3 +132,50 @@ def test_bad_listing_and_reading_requests_are_400_naming_the_field(
     response = http.get(f"/v1/responses/{created['id']}{path}", params=params)
     assert response.status_code == 400, response.text
     assert (response.json()["error"]["param"] or "").endswith(param)
+
+
+def _poll(client: openai.OpenAI, response_id: str, timeout_s: float = 120) -> Response:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        response = client.responses.retrieve(response_id)
+        if response.status not in ("queued", "in_progress") or time.monotonic() > deadline:
+            return response
+        time.sleep(0.2)
+
+
+def test_a_background_response_is_made_and_fetched_later(client: openai.OpenAI) -> None:
+    begun = _respond(client, input="Name three fruits.", max_output_tokens=12, background=True)
+    assert begun.status == "in_progress" and begun.background is True and begun.output == []
+    done = _poll(client, begun.id)
+    foreground = _respond(client, input="Name three fruits.", max_output_tokens=12, store=False)
+    assert done.status in ("completed", "incomplete") and done.background is True
+    assert done.output_text == foreground.output_text and done.output_text
+    assert done.usage is not None and done.usage.output_tokens >= 1
+
+
+def test_a_background_response_is_cancelled(client: openai.OpenAI, http: httpx.Client) -> None:
+    story = {"input": "Write a very long story about a lighthouse keeper.", "max_output_tokens": 400}
+    begun = _respond(client, background=True, **story)
+    unfinished = http.post(
+        "/v1/responses", json={**GREEDY, "input": "Go on.", "previous_response_id": begun.id}
+    )
+    assert unfinished.status_code == 400
+    assert unfinished.json()["error"]["code"] == "previous_response_unfinished"
+    cancelled = client.responses.cancel(begun.id)
+    assert cancelled.status == "cancelled" and client.responses.retrieve(begun.id).status == "cancelled"
+    assert client.responses.cancel(begun.id).status == "cancelled"  # again: as it is
+    # Its generation was stopped: the verifier is soon idle (a flush needs an idle verifier).
+    deadline = time.monotonic() + 30
+    while (flush := http.post("/flush_cache")).status_code == 400 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert flush.status_code == 200
+
+
+def test_only_a_background_response_is_cancelled(client: openai.OpenAI, http: httpx.Client) -> None:
+    synchronous = _respond(client, input="hi", max_output_tokens=2)
+    refused = http.post(f"/v1/responses/{synchronous.id}/cancel")
+    assert refused.status_code == 400 and "synchronous" in refused.json()["error"]["message"]
+    assert http.post("/v1/responses/resp_none/cancel").status_code == 404
+    for fields in ({"store": False}, {"stream": True}):
+        bad = http.post("/v1/responses", json={**GREEDY, "input": "hi", "background": True, **fields})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "background", bad.text

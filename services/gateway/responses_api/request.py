@@ -205,19 +205,26 @@ class ResponsesRequest(BaseModel):
     # Not implemented: accepted at their neutral value only.
     conversation: Any = None
     prompt: Any = None
-    background: bool | None = None
+    background: bool | None = None  # made by the gateway's own task, fetched later (background.py)
     max_tool_calls: int | None = None
     # Log-probabilities: the message's tokens with include ["message.output_text.logprobs"], and as
     # many alternatives per token as top_logprobs asks.
     include: list[Literal["message.output_text.logprobs"]] | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
 
-    _check_unsupported = field_validator(
-        "conversation",
-        "prompt",
-        "background",
-        "max_tool_calls",
-    )(unsupported)
+    _check_unsupported = field_validator("conversation", "prompt", "max_tool_calls")(unsupported)
+
+    @field_validator("background")
+    @classmethod
+    def _a_background_response_is_fetched_later(cls, value: bool | None, info: ValidationInfo) -> bool | None:
+        if value and info.data.get("store") is False:
+            raise PydanticCustomError("invalid_value", "a background response must be stored (store: true)")
+        if value and info.data.get("stream"):
+            raise PydanticCustomError(
+                "unsupported_parameter",
+                "a background response is fetched by its id (GET /v1/responses/{id}), not streamed",
+            )
+        return value
 
     @field_validator("tool_choice")
     @classmethod

@@ -62,7 +62,7 @@ def response_body(
         ),
         "tools": [t.model_dump(exclude_none=True) for t in request.tools or []],
         "truncation": "disabled",
-        "background": False,
+        "background": request.background is True,
         "metadata": request.metadata or {},
         "user": request.user,
         "usage": _usage(usage) if usage is not None else None,

@@ -1,5 +1,6 @@
 """The stored Responses API responses (responses_api/store.py): GET /v1/responses/{id},
-GET /v1/responses/{id}/input_items (paged as OpenAI pages lists) and DELETE /v1/responses/{id}."""
+GET /v1/responses/{id}/input_items (paged as OpenAI pages lists), DELETE /v1/responses/{id}, and
+POST /v1/responses/{id}/cancel for one being made in the background (responses_api/background.py)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,23 @@ async def delete_response(
 ) -> dict[str, Any]:
     state.responses.delete(response_id)
     return {"id": response_id, "object": "response", "deleted": True}
+
+
+@router.post("/v1/responses/{response_id}/cancel")
+async def cancel_response(
+    response_id: str, state: Annotated[GatewayState, Depends(gateway_state)]
+) -> dict[str, Any]:
+    """A background response still being made stops, and is stored as cancelled; one cancelled
+    already is answered as it is."""
+    cancelled = state.background.cancel(response_id)
+    if cancelled is not None:
+        return cancelled
+    body = state.responses.get(response_id).body
+    if body["status"] == "cancelled":
+        return body
+    if not body["background"]:
+        raise APIError(400, "Cannot cancel a synchronous response.", code="invalid_value")
+    raise APIError(400, f"Cannot cancel a response that is {body['status']}.", code="invalid_value")
 
 
 @router.get("/v1/responses/{response_id}/input_items")
