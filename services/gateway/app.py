@@ -26,6 +26,7 @@ from treespec.gateway.routes import (
     native,
     ops,
     responses_api,
+    server_info,
     stored_responses,
     tokenize,
 )
@@ -81,7 +82,18 @@ def create_app(
         strict_content_type=False,  # no Content-Type is read as JSON; a wrong one is refused (guards)
     )
     install_error_handlers(app)
-    routes = (cache, chat, completions, models, native, ops, responses_api, stored_responses, tokenize)
+    routes = (
+        cache,
+        chat,
+        completions,
+        models,
+        native,
+        ops,
+        responses_api,
+        server_info,
+        stored_responses,
+        tokenize,
+    )
     for module in routes:
         # The limit per route, not per app: the app-wide one answers a too-large Content-Length in
         # plain text, where RequestGuard answers it in OpenAI's JSON before any route runs.

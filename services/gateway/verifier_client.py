@@ -43,6 +43,8 @@ class ModelInfo:
     context_length: int
     eos_token_ids: tuple[int, ...]
     speculative_algorithm: str  # "" when speculation is off
+    # The tree budget a request gets unless it asks otherwise: steps, top-k, draft tokens.
+    speculation_budget: tuple[int, int, int] = (0, 0, 0)
 
 
 def verifier_unavailable(detail: str) -> APIError:
@@ -138,6 +140,11 @@ class VerifierClient:
                 context_length=reply.context_length,
                 eos_token_ids=tuple(reply.eos_token_ids),
                 speculative_algorithm=reply.speculative_algorithm,
+                speculation_budget=(
+                    reply.speculation_defaults.num_steps,
+                    reply.speculation_defaults.eagle_topk,
+                    reply.speculation_defaults.num_draft_tokens,
+                ),
             )
         return self._model_info
 

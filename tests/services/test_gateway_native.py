@@ -155,3 +155,20 @@ def test_generate_and_the_tokenizer_are_behind_the_api_key(url: str) -> None:
     for path, body in (("/generate", {"text": "hi"}), ("/tokenize", {"prompt": "hi"})):
         assert httpx.post(f"{url}{path}", json=body).status_code == 401
     assert httpx.get(f"{url}/health").status_code == 200  # open
+
+
+def test_server_and_model_info_as_sglang_s_tools_read_them(http: httpx.Client) -> None:
+    _generate(http, text=COUNTING, sampling_params=GREEDY)
+    info = http.get("/get_server_info").json()
+    (state,) = info["internal_states"]
+    assert state["spec_verify_steps"] >= 1 and state["avg_spec_accept_length"] == pytest.approx(
+        1 + state["spec_accepted_tokens"] / state["spec_verify_steps"], rel=0.2
+    )
+    assert info["speculative_algorithm"] and info["speculative_num_draft_tokens"] >= 1
+    assert info["served_model_name"] == MODEL and http.get("/server_info").json() == info
+    model = http.get("/get_model_info").json()
+    assert (model["model_type"], model["architectures"], model["is_generation"]) == (
+        "llama",
+        ["LlamaForCausalLM"],
+        True,
+    )
