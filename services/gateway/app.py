@@ -18,18 +18,7 @@ from treespec.gateway.guards import RequestGuard
 from treespec.gateway.metrics import GatewayMetrics, RequestCounter
 from treespec.gateway.responses_api.background import BackgroundResponses
 from treespec.gateway.responses_api.store import ResponseStore
-from treespec.gateway.routes import (
-    cache,
-    chat,
-    completions,
-    models,
-    native,
-    ops,
-    responses_api,
-    server_info,
-    stored_responses,
-    tokenize,
-)
+from treespec.gateway.routes import routers
 from treespec.gateway.state import GatewayState
 from treespec.gateway.tokenizer import PromptTokenizer
 from treespec.gateway.verifier_client import VerifierClient
@@ -82,22 +71,10 @@ def create_app(
         strict_content_type=False,  # no Content-Type is read as JSON; a wrong one is refused (guards)
     )
     install_error_handlers(app)
-    routes = (
-        cache,
-        chat,
-        completions,
-        models,
-        native,
-        ops,
-        responses_api,
-        server_info,
-        stored_responses,
-        tokenize,
-    )
-    for module in routes:
+    for router in routers():
         # The limit per route, not per app: the app-wide one answers a too-large Content-Length in
         # plain text, where RequestGuard answers it in OpenAI's JSON before any route runs.
-        app.include_router(module.router, max_body_size=config.max_body_bytes)
+        app.include_router(router, max_body_size=config.max_body_bytes)
     app.add_middleware(RequestGuard, api_keys=config.api_keys, max_body_bytes=config.max_body_bytes)
     app.add_middleware(RequestCounter, metrics=metrics)
     # One server span per request: no span per ASGI message (a stream would get one per token).

@@ -1,1 +1,24 @@
-"""The HTTP routes, one module per endpoint family."""
+"""The HTTP routes, one module per endpoint family; `routers` gives every module's router."""
+
+from __future__ import annotations
+
+import importlib
+
+from fastapi import APIRouter
+
+MODULES = (
+    "cache",  # SGLang's /flush_cache, vLLM's /reset_prefix_cache
+    "chat",  # /v1/chat/completions
+    "completions",  # /v1/completions
+    "models",  # /v1/models
+    "native",  # SGLang's /generate
+    "ops",  # /health, /metrics, /version
+    "responses_api",  # /v1/responses
+    "server_info",  # SGLang's /get_server_info, /get_model_info
+    "stored_responses",  # /v1/responses/{id} and its input items, deletion, cancelling
+    "tokenize",  # /tokenize, /detokenize
+)
+
+
+def routers() -> list[APIRouter]:
+    return [importlib.import_module(f"{__name__}.{name}").router for name in MODULES]
