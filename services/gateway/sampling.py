@@ -78,6 +78,7 @@ def choice_jobs(
                 sampling=sampling_params(body, max_new, index, grammar_after, bad_words),
                 speculation=speculation_params(body),
                 cache_salt=body.cache_salt or "",
+                priority=body.priority,
             )
             echo = None if echoes is None else echoes[p]
             job = ChoiceJob(

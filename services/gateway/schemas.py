@@ -73,6 +73,7 @@ MAX_CACHE_SALT_CHARS = 1024
 MAX_HINT_CHARS = 1024  # safety_identifier, prompt_cache_key
 MAX_GUIDED_CHOICES = 256
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
 
@@ -123,6 +124,8 @@ class SamplingFields(BaseModel):
     allowed_token_ids: list[TokenId] | None = Field(
         default=None, min_length=1, max_length=MAX_ALLOWED_TOKEN_IDS
     )
+    # vLLM's: under the verifier's priority scheduling policy, lower values go first (0 otherwise).
+    priority: int = Field(default=0, ge=INT32_MIN, le=INT32_MAX)
     # vLLM's: cached state (prefix cache, the n-gram memory) shared only with requests of the same salt.
     cache_salt: UnicodeText | None = Field(default=None, min_length=1, max_length=MAX_CACHE_SALT_CHARS)
     # Structured output: OpenAI's, and vLLM's guided decoding (at most one of them).
@@ -133,6 +136,7 @@ class SamplingFields(BaseModel):
     guided_grammar: UnicodeText | None = Field(default=None, min_length=1)
     _defaults_for_null = field_validator(
         "n",
+        "priority",
         "stream",
         "ignore_eos",
         "include_stop_str_in_output",

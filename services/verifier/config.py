@@ -7,6 +7,8 @@ from pathlib import Path
 
 from treespec.verifier.request import SpeculationParams
 
+SCHEDULING_POLICIES = ("fcfs", "priority")
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -25,6 +27,12 @@ class EngineConfig:
     tree_cost: float = 0.0  # a tree's fixed verify cost, used with a configured node_cost only
     # Reuse the K/V of cached prompt prefixes (with an EAGLE drafter, their features too).
     prefix_caching: bool = True
+    # vLLM's: "fcfs" (first come, first served) or "priority" (by each request's priority first).
+    scheduling_policy: str = "fcfs"
+
+    def __post_init__(self) -> None:
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
+            raise ValueError(f"scheduling_policy must be one of {', '.join(SCHEDULING_POLICIES)}")
 
     @property
     def num_blocks(self) -> int:

@@ -96,6 +96,7 @@ class Engine:
             config.max_running_requests,
             config.chunked_prefill_size,
             self.prefix_cache,
+            by_priority=config.scheduling_policy == "priority",
         )
         if self.prefix_cache is not None and self.feature_cache is not None:
             self.prefix_cache.complete = self.feature_cache.holds_block
@@ -128,6 +129,10 @@ class Engine:
         request.sampling.validate()
         speculation.validate()
         self._check_prompt(request)
+        if request.priority != 0 and self.config.scheduling_policy != "priority":
+            raise InvalidRequestError(
+                "priority is only taken under the priority scheduling policy (--scheduling-policy priority)"
+            )
         grammar = self._grammar(request.sampling.constraint)
         seed = request.sampling.seed
         generator = None if request.sampling.greedy else torch.Generator(self.model.device)

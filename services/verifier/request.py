@@ -167,6 +167,9 @@ class GenerationRequest:
     trace_context: Mapping[str, str] = field(default_factory=dict)  # W3C trace context, for drafters
     # vLLM's cache_salt: shares cached state (prefix cache, a drafter's memory) only with the same salt
     cache_salt: str = ""
+    # vLLM's priority, under the priority scheduling policy: lower values are admitted first and
+    # preempted last (ties: the earlier arrival). 0 under first come, first served.
+    priority: int = 0
 
 
 class FinishReason(enum.Enum):

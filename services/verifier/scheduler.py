@@ -38,6 +38,7 @@ class Scheduler:
     max_running: int
     chunk_tokens: int
     prefix_cache: PrefixCache | None = None  # None: every prompt is computed from its start
+    by_priority: bool = False  # the priority policy: requests in order of priority, then arrival
     waiting: deque[RequestState] = field(default_factory=deque)
     running: list[RequestState] = field(default_factory=list)
 
@@ -85,12 +86,13 @@ class Scheduler:
                 prefills.append(work)
                 budget -= work.length
         while self.waiting and budget > 0 and len(self.running) < self.max_running:
-            found = self._reuse_prefix(self.waiting[0])
-            work = self._prefill_chunk(self.waiting[0], budget)
+            state = self._next_waiting()
+            found = self._reuse_prefix(state)
+            work = self._prefill_chunk(state, budget)
             if work is None:
-                self._unshare_prefix(self.waiting[0])
+                self._unshare_prefix(state)
                 break
-            state = self.waiting.popleft()
+            self.waiting.remove(state)
             if self.prefix_cache is not None:
                 self.prefix_cache.record(len(state.tokens) - 1, found)
             if state.num_output == 0:
@@ -103,11 +105,11 @@ class Scheduler:
 
     def _reserve_decodes(self, preempted: list[RequestState]) -> list[RequestState]:
         decodes: list[RequestState] = []
-        for state in sorted((s for s in self.running if not s.in_prefill), key=lambda s: s.arrival):
+        for state in sorted((s for s in self.running if not s.in_prefill), key=self.order):
             if state.phase is not Phase.RUNNING:
                 continue  # preempted earlier in this loop
             while not self._try_grow(state, state.kv_len + state.speculation.max_tree_nodes):
-                victim = max((s for s in self.running), key=lambda s: s.arrival)
+                victim = max(self.running, key=self.order)
                 self._preempt(victim)
                 preempted.append(victim)
                 if victim is state:
@@ -115,6 +117,16 @@ class Scheduler:
             else:
                 decodes.append(state)
         return [s for s in decodes if s.phase is Phase.RUNNING]
+
+    def order(self, state: RequestState) -> tuple[int, int]:
+        """Who goes first: admitted first, grown first, preempted last. First come, first served, or
+        under the priority policy by priority (lower first) and then arrival."""
+        return (state.request.priority if self.by_priority else 0, state.arrival)
+
+    def _next_waiting(self) -> RequestState:
+        """The waiting request to admit next: the first in line (preempted requests rejoin at its
+        head), or under the priority policy the first in order."""
+        return min(self.waiting, key=self.order) if self.by_priority else self.waiting[0]
 
     def _reuse_prefix(self, state: RequestState) -> int:
         """Start a request being admitted from the cached blocks of its longest cached prefix; the

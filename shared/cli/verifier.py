@@ -28,6 +28,7 @@ ENGINE_FLAGS = (
     "max_running_requests",
     "chunked_prefill_size",
     "context_length",
+    "scheduling_policy",
 )
 
 
@@ -60,6 +61,17 @@ def _engine_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--context-length", type=positive_int, help="default: the model's")
     add_prefix_caching_argument(p)
+    add_scheduling_policy_argument(p)
+
+
+def add_scheduling_policy_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--scheduling-policy",
+        choices=("fcfs", "priority"),
+        default=None,
+        help="vLLM's: fcfs (first come, first served; the default) or priority (requests' priority "
+        "field first: lower values are admitted first and preempted last)",
+    )
 
 
 def add_prefix_caching_argument(p: argparse.ArgumentParser) -> None:

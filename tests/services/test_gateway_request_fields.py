@@ -136,3 +136,20 @@ def test_truncate_prompt_tokens_keeps_the_prompt_s_last_tokens(
         model=MODEL, messages=HI, max_tokens=2, temperature=0, extra_body={"truncate_prompt_tokens": 6}
     )
     assert chat.usage is not None and chat.usage.prompt_tokens == 6
+
+
+def test_a_priority_reaches_the_verifier(http: httpx.Client) -> None:
+    """vLLM's `priority` goes to the verifier, whose first come, first served policy (the default)
+    takes only 0: a clear 400 says which policy takes others (test_engine_priority.py runs it)."""
+    body = {"model": MODEL, "prompt": COUNTING, "max_tokens": 2}
+    assert http.post("/v1/completions", json={**body, "priority": 0}).status_code == 200
+    for path, extra in (
+        ("/v1/completions", body),
+        ("/generate", {"text": COUNTING}),
+        ("/v1/responses", {"model": MODEL, "input": "hi"}),
+    ):
+        refused = http.post(path, json={**extra, "priority": 3})
+        assert (
+            refused.status_code == 400
+            and "--scheduling-policy priority" in refused.json()["error"]["message"]
+        )

@@ -193,3 +193,17 @@ def test_the_responses_store_size_reaches_the_gateway_through_serve(tmp_path: Pa
         config = ServeConfig.on_free_ports(tmp_path, "NGRAM", **overrides)
         argv = list(next(p for p in services(config) if p.name == "gateway").argv)
         assert argv[argv.index("--responses-store-size") + 1] == str(size or DEFAULT_RESPONSES_STORE_SIZE)
+
+
+def test_the_scheduling_policy_reaches_the_engine_through_serve_and_verifier(tmp_path: Path) -> None:
+    from treespec.shared.cli.main import build_parser
+    from treespec.shared.cli.serve import ServeConfig, services
+    from treespec.shared.cli.verifier import config_from_args
+
+    assert _exit_code(["verifier", "--scheduling-policy", "lifo"]) == 2
+    for policy in (None, "priority"):
+        config = ServeConfig.on_free_ports(tmp_path, "NGRAM", scheduling_policy=policy)
+        argv = list(next(p for p in services(config) if p.name == "verifier").argv)
+        assert ("--scheduling-policy" in argv) == (policy is not None)
+        ns = build_parser().parse_args(argv)
+        assert config_from_args(ns).engine.scheduling_policy == (policy or "fcfs")

@@ -63,6 +63,7 @@ class NativeGenerateRequest(BaseModel):
     logprob_start_len: int = Field(default=-1, ge=-1)
     top_logprobs_num: int = Field(default=0, ge=0, le=MAX_TOP_LOGPROBS)
     return_text_in_logprobs: bool = False
+    priority: int | None = None  # as on completions (vLLM's priority scheduling)
 
     @model_validator(mode="after")
     def _one_kind_of_prompt(self) -> NativeGenerateRequest:
@@ -113,6 +114,8 @@ class NativeGenerateRequest(BaseModel):
             )
         body = {_RENAMED.get(name, name): value for name, value in given.items()}
         body.setdefault("max_tokens", DEFAULT_MAX_NEW_TOKENS)
+        if self.priority is not None:
+            body["priority"] = self.priority
         if self.return_logprob:
             body |= {"logprobs": self.top_logprobs_num, "input_logprobs": self.prompt_logprobs}
         try:  # the prompts go to the run as token ids: the completion's own prompt is a placeholder

@@ -202,6 +202,7 @@ class ResponsesRequest(BaseModel):
     # Extensions, as on chat completions.
     cache_salt: UnicodeText | None = Field(default=None, min_length=1, max_length=1024)
     speculation: SpeculationOptions | None = None
+    priority: int | None = None  # vLLM's, as on chat completions
     # Not implemented: accepted at their neutral value only.
     conversation: Any = None
     prompt: Any = None
@@ -269,6 +270,7 @@ class ResponsesRequest(BaseModel):
             "top_p": self.top_p,
             "stream": self.streams,
             "cache_salt": self.cache_salt,
+            "priority": self.priority,
             "speculation": self.speculation.model_dump(exclude_none=True) if self.speculation else None,
         }
         if self.logprobs:

@@ -49,6 +49,7 @@ def generation_request(
         speculation=speculation,
         trace_context=dict(trace_context),
         cache_salt=msg.cache_salt,
+        priority=msg.priority,
     )
 
 
