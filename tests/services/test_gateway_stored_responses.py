@@ -146,7 +146,9 @@ def _poll(client: openai.OpenAI, response_id: str, timeout_s: float = 120) -> Re
 def test_a_background_response_is_made_and_fetched_later(client: openai.OpenAI) -> None:
     begun = _respond(client, input="Name three fruits.", max_output_tokens=12, background=True)
     assert begun.status == "in_progress" and begun.background is True and begun.output == []
+    listed = [item.id for item in client.responses.input_items.list(begun.id).data]
     done = _poll(client, begun.id)
+    assert [item.id for item in client.responses.input_items.list(begun.id).data] == listed  # ids kept
     foreground = _respond(client, input="Name three fruits.", max_output_tokens=12, store=False)
     assert done.status in ("completed", "incomplete") and done.background is True
     assert done.output_text == foreground.output_text and done.output_text

@@ -9,6 +9,7 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from fastapi.sse import format_sse_event
@@ -20,7 +21,7 @@ from treespec.gateway.logprob_format import LogprobFormat
 from treespec.gateway.responses_api.output import ResponseOutput
 from treespec.gateway.responses_api.request import InputItem, ResponsesRequest
 from treespec.gateway.responses_api.response import response_body, response_status
-from treespec.gateway.responses_api.store import ResponseStore, StoredResponse
+from treespec.gateway.responses_api.store import ResponseStore, StoredResponse, listed_item
 from treespec.gateway.run import GenerationRun
 
 
@@ -37,10 +38,15 @@ class ResponseJob:
     def stores(self) -> bool:
         return self.request.stores and self.store.enabled
 
+    @cached_property
+    def listed_input(self) -> tuple[dict[str, Any], ...]:
+        """The request's input items as GET .../input_items lists them, their ids made once."""
+        return tuple(listed_item(item) for item in self.request.items)
+
     def keep(self, payload: dict[str, Any]) -> None:
         """Store the response as it stands now, if its request asks to and the store keeps any."""
         if self.stores:
-            self.store.put(StoredResponse.of(payload, self.request.items, self.earlier))
+            self.store.put(StoredResponse.of(payload, self.request.items, self.earlier, self.listed_input))
 
     def body(self, output: ResponseOutput | None, status: str) -> dict[str, Any]:
         """The response object: begun (no output yet), or with its output and figures."""

@@ -34,12 +34,17 @@ class StoredResponse:
 
     @classmethod
     def of(
-        cls, body: dict[str, Any], own_input: Sequence[InputItem], earlier: Sequence[InputItem]
+        cls,
+        body: dict[str, Any],
+        own_input: Sequence[InputItem],
+        earlier: Sequence[InputItem],
+        listed: tuple[dict[str, Any], ...] | None = None,
     ) -> StoredResponse:
-        """A finished response: `own_input` its request's items, `earlier` the conversation it
-        continued."""
+        """A response: `own_input` its request's items, `earlier` the conversation it continued;
+        `listed`: its input items as listed before (the same ids each time a response is stored)."""
         output = _ITEMS.validate_python(body["output"])
-        return cls(body, tuple(listed_item(item) for item in own_input), (*earlier, *own_input, *output))
+        items = listed if listed is not None else tuple(listed_item(item) for item in own_input)
+        return cls(body, items, (*earlier, *own_input, *output))
 
     @property
     def id(self) -> str:
