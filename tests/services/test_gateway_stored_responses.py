@@ -143,6 +143,14 @@ def _poll(client: openai.OpenAI, response_id: str, timeout_s: float = 120) -> Re
         time.sleep(0.2)
 
 
+def _verifier_goes_idle(http: httpx.Client, timeout_s: float = 30) -> bool:
+    """Whether the verifier runs no request within the time (a flush is refused while one runs)."""
+    deadline = time.monotonic() + timeout_s
+    while (flush := http.post("/flush_cache")).status_code == 400 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return flush.status_code == 200
+
+
 def test_a_background_response_is_made_and_fetched_later(client: openai.OpenAI) -> None:
     begun = _respond(client, input="Name three fruits.", max_output_tokens=12, background=True)
     assert begun.status == "in_progress" and begun.background is True and begun.output == []
@@ -166,11 +174,21 @@ def test_a_background_response_is_cancelled(client: openai.OpenAI, http: httpx.C
     cancelled = client.responses.cancel(begun.id)
     assert cancelled.status == "cancelled" and client.responses.retrieve(begun.id).status == "cancelled"
     assert client.responses.cancel(begun.id).status == "cancelled"  # again: as it is
-    # Its generation was stopped: the verifier is soon idle (a flush needs an idle verifier).
-    deadline = time.monotonic() + 30
-    while (flush := http.post("/flush_cache")).status_code == 400 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert flush.status_code == 200
+    assert _verifier_goes_idle(http)  # its generation was stopped
+
+
+def test_a_background_response_deleted_while_made_stays_deleted(
+    client: openai.OpenAI, http: httpx.Client
+) -> None:
+    begun = _respond(
+        client,
+        input="Write a very long story about a lighthouse keeper.",
+        max_output_tokens=400,
+        background=True,
+    )
+    client.responses.delete(begun.id)
+    assert _verifier_goes_idle(http)  # its generation was stopped
+    assert http.get(f"/v1/responses/{begun.id}").status_code == 404  # not stored again as it ended
 
 
 def test_only_a_background_response_is_cancelled(client: openai.OpenAI, http: httpx.Client) -> None:

@@ -37,6 +37,8 @@ async def retrieve_response(
 async def delete_response(
     response_id: str, state: Annotated[GatewayState, Depends(gateway_state)]
 ) -> dict[str, Any]:
+    """A background response still being made stops first (it would be stored again as it ends)."""
+    state.background.cancel(response_id)
     state.responses.delete(response_id)
     return {"id": response_id, "object": "response", "deleted": True}
 
