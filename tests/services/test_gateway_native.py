@@ -72,6 +72,26 @@ def test_a_batch_with_n_answers_a_list_prompt_by_prompt(http: httpx.Client) -> N
     assert outs[0]["meta_info"]["prompt_tokens"] != outs[2]["meta_info"]["prompt_tokens"]
 
 
+def test_each_prompt_may_have_its_own_sampling_params(http: httpx.Client) -> None:
+    params = [{"temperature": 0, "max_new_tokens": 3}, {"temperature": 0, "max_new_tokens": 5, "n": 2}]
+    outs = _generate(http, text=[COUNTING, "The sky is"], rid=["a", "b"], sampling_params=params)
+    assert [o["meta_info"]["id"] for o in outs] == ["a", "b-0", "b-1"]
+    assert [o["meta_info"]["completion_tokens"] for o in outs] == [3, 5, 5]
+    alone = [
+        _generate(http, text=prompt, sampling_params=p)["text"]
+        for prompt, p in zip([COUNTING, "The sky is"], [params[0], {**params[1], "n": 1}], strict=True)
+    ]
+    assert [o["text"] for o in outs] == [alone[0], alone[1], alone[1]]  # greedy: n copies
+    with http.stream(
+        "POST",
+        "/generate",
+        json={"text": [COUNTING, "The sky is"], "sampling_params": params, "stream": True},
+    ) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    last = {e["index"]: e for e in events}
+    assert sorted(last) == [0, 1, 2] and [last[i]["text"] for i in range(3)] == [o["text"] for o in outs]
+
+
 def test_a_stream_sends_the_text_so_far_and_ends_as_the_whole(http: httpx.Client) -> None:
     whole = _generate(http, text=COUNTING, sampling_params=GREEDY)
     with http.stream(
@@ -139,7 +159,7 @@ def test_logprobs_of_the_output_and_of_the_prompt(http: httpx.Client, tokenizer:
         ({"text": "hi", "image_data": "x.png"}, "image_data"),
         ({"input_ids": [10**7]}, "input_ids"),
         ({"text": "hi " * 9000}, "text"),
-        ({"text": ["a"] * 5, "sampling_params": {"n": 8}}, "sampling_params.n"),
+        ({"text": ["a"] * 5, "sampling_params": {"n": 8}}, "sampling_params"),
     ],
 )
 def test_bad_fields_are_a_400(http: httpx.Client, body: dict[str, Any], param: str | None) -> None:

@@ -13,6 +13,7 @@ log-probabilities with `top_logprobs_num` alternatives, and for the prompt's fro
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
@@ -56,7 +57,7 @@ class NativeGenerateRequest(BaseModel):
     model_config = STRICT
     text: UnicodeText | list[UnicodeText] | None = None
     input_ids: list[TokenId] | list[list[TokenId]] | None = None
-    sampling_params: dict[str, Any] | None = None
+    sampling_params: dict[str, Any] | list[dict[str, Any]] | None = None  # one for all, or one a prompt
     stream: bool = False
     rid: Annotated[str, Field(min_length=1)] | list[Annotated[str, Field(min_length=1)]] | None = None
     return_logprob: bool = False
@@ -71,6 +72,10 @@ class NativeGenerateRequest(BaseModel):
             raise PydanticCustomError("invalid_value", "give exactly one of 'text' and 'input_ids'")
         if isinstance(self.rid, list) and len(self.rid) != len(self.prompts):
             raise PydanticCustomError("invalid_value", "'rid' must hold one id per prompt")
+        if isinstance(self.sampling_params, list) and len(self.sampling_params) != len(self.prompts):
+            raise PydanticCustomError(
+                "invalid_value", "a list of 'sampling_params' must hold one dict per prompt"
+            )
         return self
 
     @property
@@ -101,16 +106,34 @@ class NativeGenerateRequest(BaseModel):
             return list(self.rid)
         return [f"{default}-{p}" for p in range(len(self.prompts))] if self.batch else [default]
 
-    def completion_request(self, model: str) -> NativeCompletion:
-        """The completions request this one runs as (a 400 naming the SGLang field on a bad value)."""
-        given = dict(self.sampling_params or {})
+    def groups(self, model: str) -> list[PromptGroup]:
+        """The prompts in groups that share their sampling parameters, each with the completion it
+        runs as: every prompt in one group for one dict, a group a prompt for a list."""
+        if isinstance(self.sampling_params, list):
+            groups = [
+                PromptGroup((p,), self._completion(params, f"sampling_params.{p}", model))
+                for p, params in enumerate(self.sampling_params)
+            ]
+        else:
+            every = tuple(range(len(self.prompts)))
+            groups = [
+                PromptGroup(every, self._completion(self.sampling_params or {}, "sampling_params", model))
+            ]
+        if sum(len(g.prompts) * g.completion.n for g in groups) > MAX_CHOICES:
+            message = f"at most {MAX_CHOICES} outputs (prompts times n) per request"
+            raise APIError(400, message, code="invalid_value", param="sampling_params")
+        return groups
+
+    def _completion(self, given: dict[str, Any], where: str, model: str) -> NativeCompletion:
+        """The completions request one dict of sampling parameters stands for (a 400 naming the
+        SGLang field, `where` it is, on a bad value)."""
         unknown = sorted(set(given) - set(_RENAMED) - set(_SAME))
         if unknown:
             raise APIError(
                 400,
                 f"Unrecognized sampling parameter: '{unknown[0]}'",
                 code="unknown_parameter",
-                param=f"sampling_params.{unknown[0]}",
+                param=f"{where}.{unknown[0]}",
             )
         body = {_RENAMED.get(name, name): value for name, value in given.items()}
         body.setdefault("max_tokens", DEFAULT_MAX_NEW_TOKENS)
@@ -124,14 +147,15 @@ class NativeGenerateRequest(BaseModel):
             error = validation_error(exc.errors())
             if error.param is not None:
                 head, _, rest = error.param.partition(".")
-                error.param = ".".join(
-                    ["sampling_params", _NATIVE_NAMES.get(head, head), *filter(None, [rest])]
-                )
+                error.param = ".".join([where, _NATIVE_NAMES.get(head, head), *filter(None, [rest])])
             raise error from None
-        if len(self.prompts) * request.n > MAX_CHOICES:
-            message = f"at most {MAX_CHOICES} outputs (prompts times n) per request"
-            raise APIError(400, message, code="invalid_value", param="sampling_params.n")
         return request
+
+
+@dataclass(frozen=True)
+class PromptGroup:
+    prompts: tuple[int, ...]  # places in the request's prompts
+    completion: NativeCompletion
 
 
 class NativeCompletion(CompletionRequest):

@@ -4,9 +4,11 @@ as SGLang answers it (native/output.py): one object for one prompt, a list for a
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
+from dataclasses import replace
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
@@ -15,9 +17,10 @@ from fastapi.sse import format_sse_event
 
 from treespec.gateway.disconnect import cancel_on_disconnect
 from treespec.gateway.errors import APIError
+from treespec.gateway.fanout import merge
 from treespec.gateway.generation import Event, TextDelta
 from treespec.gateway.native.output import NativeLogprobs, NativeOutput
-from treespec.gateway.native.request import NativeGenerateRequest
+from treespec.gateway.native.request import NativeGenerateRequest, PromptGroup
 from treespec.gateway.run import GenerationRun
 from treespec.gateway.sse import DONE, event_stream, primed, sse_error
 from treespec.gateway.state import GatewayState, gateway_state
@@ -29,38 +32,65 @@ router = APIRouter()
 async def generate(
     body: NativeGenerateRequest, request: Request, state: Annotated[GatewayState, Depends(gateway_state)]
 ) -> Response:
-    completion = body.completion_request(state.config.model_name)
+    groups = body.groups(state.config.model_name)
     prompts = await asyncio.to_thread(state.tokenizer.raw_prompts, body.prompts)
-    # The prompt's log-probabilities come on an empty echo, before the output's.
-    echoes = [""] * len(prompts) if body.prompt_logprobs else None
-    field = "text" if body.text is not None else "input_ids"
-    run = await GenerationRun.start(
-        state, completion, prompts, completion.token_limit, "generate", "", echoes, prompt_param=field
-    )
-    rids, n = body.rids(run.id), completion.n
-    outputs = [
-        NativeOutput(
-            job.index,
-            rids[job.index // n] if n == 1 else f"{rids[job.index // n]}-{job.index % n}",
-            len(prompts[job.index // n]),
-            len(prompts[job.index // n]) if body.prompt_logprobs else 0,
-        )
-        for job in run.jobs
-    ]
+    runs = [await _start(state, body, group, prompts) for group in groups]
+    outputs = _outputs(body, groups, runs, prompts)
     texts = state.tokenizer.token_texts if body.return_text_in_logprobs else None
     logprobs = NativeLogprobs(texts) if body.return_logprob else None
     start_len = max(body.logprob_start_len, 0)
-    several = body.batch or n > 1
+    several = body.batch or len(outputs) > 1
+    offsets = itertools.accumulate((len(run.jobs) for run in runs[:-1]), initial=0)
+    merged = merge([_shifted(run.events(), offset) for run, offset in zip(runs, offsets, strict=True)])
     if body.stream:
-        events = await cancel_on_disconnect(request, primed(run.events()))
+        events = await cancel_on_disconnect(request, primed(merged))
         return event_stream(_stream(events, outputs, logprobs, start_len, several))
-    await cancel_on_disconnect(request, _collect(run, outputs))
+    await cancel_on_disconnect(request, _collect(merged, outputs))
     bodies = [output.body(logprobs, start_len) for output in outputs]
     return JSONResponse(bodies if several else bodies[0])
 
 
-async def _collect(run: GenerationRun, outputs: list[NativeOutput]) -> None:
-    async with aclosing(run.events()) as events:
+async def _start(
+    state: GatewayState, body: NativeGenerateRequest, group: PromptGroup, prompts: list[list[int]]
+) -> GenerationRun:
+    """A group's run; the prompt's log-probabilities, when asked for, come on an empty echo first."""
+    own = [prompts[p] for p in group.prompts]
+    echoes = [""] * len(own) if body.prompt_logprobs else None
+    field = "text" if body.text is not None else "input_ids"
+    completion = group.completion
+    return await GenerationRun.start(
+        state, completion, own, completion.token_limit, "generate", "", echoes, prompt_param=field
+    )
+
+
+def _outputs(
+    body: NativeGenerateRequest,
+    groups: list[PromptGroup],
+    runs: list[GenerationRun],
+    prompts: list[list[int]],
+) -> list[NativeOutput]:
+    """One output per choice, prompt by prompt, each prompt's `n` in a row; ids from `rid`."""
+    rids = body.rids(runs[0].id)
+    outputs: list[NativeOutput] = []
+    for group, run in zip(groups, runs, strict=True):
+        n = group.completion.n
+        for job in run.jobs:
+            prompt = group.prompts[job.index // n]
+            rid = rids[prompt] if n == 1 else f"{rids[prompt]}-{job.index % n}"
+            size = len(prompts[prompt])
+            outputs.append(NativeOutput(len(outputs), rid, size, size if body.prompt_logprobs else 0))
+    return outputs
+
+
+async def _shifted(events: AsyncGenerator[Event, None], offset: int) -> AsyncGenerator[Event, None]:
+    """A run's events with their choices' places among every run's."""
+    async with aclosing(events):
+        async for event in events:
+            yield replace(event, index=event.index + offset) if offset else event
+
+
+async def _collect(events: AsyncGenerator[Event, None], outputs: list[NativeOutput]) -> None:
+    async with aclosing(events):
         async for event in events:
             outputs[event.index].add(event)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from treespec.gateway.errors import APIError
 from treespec.gateway.native.request import DEFAULT_MAX_NEW_TOKENS, NativeGenerateRequest
@@ -22,7 +23,7 @@ def test_sglang_names_become_their_completion_fields() -> None:
             "max_new_tokens": 9, "min_new_tokens": 2, "no_stop_trim": True, "regex": "[a-z]+",
             "sampling_seed": 5, "stop": ["x"], "top_k": 4, "n": 2, "ignore_eos": True,
         },
-    ).completion_request("m")  # fmt: skip
+    ).groups("m")[0].completion  # fmt: skip
     assert (completion.token_limit, completion.min_tokens, completion.include_stop_str_in_output) == (
         9,
         2,
@@ -30,19 +31,22 @@ def test_sglang_names_become_their_completion_fields() -> None:
     )
     assert (completion.constraint, completion.seed, completion.stop) == (("regex", "[a-z]+"), 5, ["x"])
     assert (completion.top_k, completion.n, completion.ignore_eos) == (4, 2, True)
-    default = _request(text="hi").completion_request("m")
+    default = _request(text="hi").groups("m")[0].completion
     assert default.token_limit == DEFAULT_MAX_NEW_TOKENS and default.logprob_count is None
-    assert _request(text="hi", sampling_params={"json_schema": '{"type": "object"}'}).completion_request(
-        "m"
-    ).constraint == ("json_schema", '{"type": "object"}')  # JSON text, as vLLM's guided_json takes it
+    assert _request(text="hi", sampling_params={"json_schema": '{"type": "object"}'}).groups("m")[
+        0
+    ].completion.constraint == (
+        "json_schema",
+        '{"type": "object"}',
+    )  # JSON text, as vLLM's guided_json takes it
 
 
 def test_logprobs_of_the_output_and_from_a_prompt_position() -> None:
-    output_only = _request(text="hi", return_logprob=True, top_logprobs_num=3).completion_request("m")
+    output_only = _request(text="hi", return_logprob=True, top_logprobs_num=3).groups("m")[0].completion
     assert (output_only.logprob_count, output_only.prompt_logprob_count) == (3, None)
-    both = _request(text="hi", return_logprob=True, logprob_start_len=0).completion_request("m")
+    both = _request(text="hi", return_logprob=True, logprob_start_len=0).groups("m")[0].completion
     assert (both.logprob_count, both.prompt_logprob_count) == (0, 0)
-    assert _request(text="hi", logprob_start_len=0).completion_request("m").prompt_logprob_count is None
+    assert _request(text="hi", logprob_start_len=0).groups("m")[0].completion.prompt_logprob_count is None
 
 
 def test_prompts_and_their_ids() -> None:
@@ -66,5 +70,20 @@ def test_prompts_and_their_ids() -> None:
 )
 def test_errors_name_the_sglang_field(params: dict[str, Any], param: str) -> None:
     with pytest.raises(APIError) as caught:
-        _request(text="hi", sampling_params=params).completion_request("m")
+        _request(text="hi", sampling_params=params).groups("m")
     assert caught.value.status == 400 and caught.value.param == param
+
+
+def test_one_dict_for_every_prompt_or_one_a_prompt() -> None:
+    (shared,) = _request(text=["a", "b"], sampling_params={"max_new_tokens": 3}).groups("m")
+    assert shared.prompts == (0, 1) and shared.completion.token_limit == 3
+    first, second = _request(
+        text=["a", "b"], sampling_params=[{"max_new_tokens": 3}, {"max_new_tokens": 5, "n": 2}]
+    ).groups("m")
+    assert (first.prompts, first.completion.token_limit) == ((0,), 3)
+    assert (second.prompts, second.completion.token_limit, second.completion.n) == ((1,), 5, 2)
+    with pytest.raises(APIError) as caught:
+        _request(text=["a", "b"], sampling_params=[{}, {"temperature": -1}]).groups("m")
+    assert caught.value.param == "sampling_params.1.temperature"
+    with pytest.raises(ValidationError):
+        _request(text=["a", "b"], sampling_params=[{}])
