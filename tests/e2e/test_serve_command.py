@@ -52,6 +52,19 @@ def children(process: subprocess.Popen[str]) -> list[psutil.Process]:
     return psutil.Process(process.pid).children(recursive=True)
 
 
+def services_named(process: subprocess.Popen[str], name: str) -> list[psutil.Process]:
+    """The launcher's live processes whose command line holds `name`; one that has just exited (a
+    zombie its parent has not reaped yet, or gone) is left out."""
+    found = []
+    for child in children(process):
+        try:
+            if name in child.cmdline():
+                found.append(child)
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            continue
+    return found
+
+
 def test_ctrl_c_stops_every_service(serve: tuple[subprocess.Popen[str], int]) -> None:
     process, port = serve
     wait_for_url(process, port)
@@ -70,7 +83,7 @@ def test_a_dying_service_stops_the_others(serve: tuple[subprocess.Popen[str], in
     process, port = serve
     wait_for_url(process, port)
     services = children(process)
-    verifier = next(p for p in services if "verifier" in p.cmdline())
+    verifier = services_named(process, "verifier")[0]
     os.kill(verifier.pid, signal.SIGKILL)
     assert process.wait(timeout=60) == 1
     _, alive = psutil.wait_procs(services, timeout=10)
@@ -127,13 +140,13 @@ def test_a_dying_drafter_is_restarted_and_costs_no_request(serve: tuple[subproce
         return int((reply.model_extra or {})["meta_info"]["spec_drafted_tokens"])
 
     assert drafted() > 0
-    old = next(p for p in children(process) if "drafter" in p.cmdline())
+    old = services_named(process, "drafter")[0]
     old.kill()
     old.wait(timeout=10)
     drafted()  # served while the drafter is down or coming back
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        new = [p for p in children(process) if "drafter" in p.cmdline() and p.pid != old.pid]
+        new = [p for p in services_named(process, "drafter") if p.pid != old.pid]
         if new and drafted() > 0:
             break
         time.sleep(1.0)
@@ -164,7 +177,7 @@ def test_a_vllm_draft_model_config_serves_with_a_standalone_draft_model(smollm_p
     )
     try:
         wait_for_url(process, port)
-        drafter = next(p for p in children(process) if "drafter" in p.cmdline())
+        drafter = services_named(process, "drafter")[0]
         assert "STANDALONE" in drafter.cmdline()
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
         model = client.models.list().data[0].id
