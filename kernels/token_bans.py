@@ -19,7 +19,7 @@ TokenSequence = tuple[int, ...]
 def keep_allowed(logits: torch.Tensor, allowed: Sequence[int]) -> torch.Tensor:
     """logits: [n, V]. Every token outside `allowed` goes to -inf (a new tensor)."""
     out = torch.full_like(logits, float("-inf"), dtype=torch.float32)
-    ids = torch.tensor(sorted(set(allowed)), dtype=torch.long, device=logits.device)
+    ids = torch.tensor(allowed, dtype=torch.long, device=logits.device)  # repeats copy the same logit
     out[:, ids] = logits.float()[:, ids]
     return out
 
@@ -27,19 +27,20 @@ def keep_allowed(logits: torch.Tensor, allowed: Sequence[int]) -> torch.Tensor:
 def ban_bad_words(
     logits: torch.Tensor,
     words: Sequence[TokenSequence],
-    output: Sequence[int],
+    tokens: Sequence[int],
+    num_prompt: int,
     tree_tokens: torch.Tensor,
     parents: torch.Tensor,
 ) -> torch.Tensor:
-    """logits: [n, V], the rows of a tree's n nodes (node 0, the root, is the last of `output`, or the
-    prompt's last token before any output). Returns the rows with each completed word's last token at
-    -inf (a new tensor)."""
+    """logits: [n, V], the rows of a tree's n nodes; `tokens`: the request's prompt and output, the
+    output from `num_prompt` on (node 0, the root, is the last of `tokens`). Returns the rows with
+    each completed word's last token at -inf (a new tensor)."""
     longest = max(len(word) for word in words) - 1
-    tokens, links = tree_tokens.tolist(), parents.tolist()
+    drafted, links = tree_tokens.tolist(), parents.tolist()
     rows: list[int] = []
     banned: list[int] = []
     for row in range(logits.shape[0]):
-        tail = _text_tail(row, tokens, links, output, longest)
+        tail = _text_tail(row, drafted, links, tokens, num_prompt, longest)
         for word in words:
             before = list(word[:-1])
             if not before or tail[len(tail) - len(before) :] == before:
@@ -52,16 +53,17 @@ def ban_bad_words(
 
 
 def _text_tail(
-    row: int, tokens: list[int], parents: list[int], output: Sequence[int], size: int
+    row: int, drafted: list[int], parents: list[int], tokens: Sequence[int], num_prompt: int, size: int
 ) -> list[int]:
     """The last `size` tokens of a row's text so far: the output, then its path's drafted tokens
-    (the root excluded: it is the output's last token already, or the prompt's)."""
+    (the root excluded: it is the last of `tokens` already). Only the tail is read, never the whole
+    output."""
     path: list[int] = []
     node = row
     while node > 0 and len(path) < size:
-        path.append(tokens[node])
+        path.append(drafted[node])
         node = parents[node]
     path.reverse()
     needed = size - len(path)
-    earlier = list(output[max(0, len(output) - needed) :]) if needed > 0 else []
+    earlier = list(tokens[max(num_prompt, len(tokens) - needed) :]) if needed > 0 else []
     return earlier + path

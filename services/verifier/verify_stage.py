@@ -101,8 +101,9 @@ def _adjusted(rows: torch.Tensor, item: ForwardItem, eos_token_ids: Collection[i
     if sampling.allowed_token_ids:
         rows = keep_allowed(rows, sampling.allowed_token_ids)
     if sampling.bad_words:
-        output = state.tokens[state.num_prompt :]
-        rows = ban_bad_words(rows, sampling.bad_words, output, tree.tokens, tree.parents)
+        rows = ban_bad_words(
+            rows, sampling.bad_words, state.tokens, state.num_prompt, tree.tokens, tree.parents
+        )
     if sampling.logit_bias:
         rows = apply_logit_bias(rows, sampling.logit_bias)
     if sampling.min_tokens:

@@ -58,10 +58,6 @@ class BackgroundResponses:
             self.cancel(response_id)
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    @property
-    def num_making(self) -> int:
-        return len(self._making)
-
     @staticmethod
     async def _make(job: ResponseJob) -> None:
         try:

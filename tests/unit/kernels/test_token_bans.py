@@ -21,7 +21,7 @@ def test_a_word_is_banned_where_its_other_tokens_end_the_row_s_text() -> None:
     # the root), node 3 = 2 (under node 2). Texts: [9,1], [9,1,2], [9,1,7], [9,1,7,2].
     tokens, parents = torch.tensor([1, 2, 7, 2]), torch.tensor([-1, 0, 0, 2])
     words = [(5,), (1, 2, 3), (2, 9), (9, 1, 4)]
-    rows = ban_bad_words(torch.zeros(4, V), words, [9, 1], tokens, parents)
+    rows = ban_bad_words(torch.zeros(4, V), words, [6, 9, 1], 1, tokens, parents)  # prompt [6]
     assert _banned(rows) == [[4, 5], [3, 5, 9], [5], [5, 9]]
 
 
@@ -29,11 +29,11 @@ def test_the_prompt_does_not_count_and_a_short_output_is_read_whole() -> None:
     # No output yet: the root (4) is the prompt's last token. Node 1 = 1, node 2 = 2 under it.
     tokens, parents = torch.tensor([4, 1, 2]), torch.tensor([-1, 0, 1])
     words = [(4, 1), (1, 2, 3), (8, 8, 8, 8, 1, 6)]
-    rows = ban_bad_words(torch.zeros(3, V), words, [], tokens, parents)
+    rows = ban_bad_words(torch.zeros(3, V), words, [8, 8, 8, 8, 4], 5, tokens, parents)
     assert _banned(rows) == [[], [], [3]]
     # A word longer than the output and path together is never completed; one that fits is.
     longer = ban_bad_words(
-        torch.zeros(3, V), [(8, 8, 1, 6), (3, 8, 8, 8, 1, 2, 0)], [3, 8, 8, 8], tokens, parents
+        torch.zeros(3, V), [(8, 8, 1, 6), (3, 8, 8, 8, 1, 2, 0)], [4, 3, 8, 8, 8], 1, tokens, parents
     )
     assert _banned(longer) == [[], [6], [0]]
 
@@ -41,7 +41,7 @@ def test_the_prompt_does_not_count_and_a_short_output_is_read_whole() -> None:
 def test_bans_keep_every_other_logit_and_the_input() -> None:
     logits = torch.randn(2, V)
     before = logits.clone()
-    rows = ban_bad_words(logits, [(3,)], [1], torch.tensor([1, 2]), torch.tensor([-1, 0]))
+    rows = ban_bad_words(logits, [(3,)], [1], 0, torch.tensor([1, 2]), torch.tensor([-1, 0]))
     assert torch.equal(logits, before)
     kept = [t for t in range(V) if t != 3]
     assert torch.equal(rows[:, kept], before[:, kept])
