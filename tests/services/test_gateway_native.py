@@ -160,6 +160,7 @@ def test_logprobs_of_the_output_and_of_the_prompt(http: httpx.Client, tokenizer:
         ({"input_ids": [10**7]}, "input_ids"),
         ({"text": "hi " * 9000}, "text"),
         ({"text": ["a"] * 5, "sampling_params": {"n": 8}}, "sampling_params"),
+        ({"text": "hi", "priority": 2**31}, "priority"),
     ],
 )
 def test_bad_fields_are_a_400(http: httpx.Client, body: dict[str, Any], param: str | None) -> None:

@@ -21,7 +21,7 @@ from pydantic_core import PydanticCustomError
 
 from treespec.gateway.errors import APIError, validation_error
 from treespec.gateway.schema_types import STRICT, TokenId, UnicodeText
-from treespec.gateway.schemas import MAX_CHOICES, CompletionRequest
+from treespec.gateway.schemas import INT32_MAX, INT32_MIN, MAX_CHOICES, CompletionRequest
 from treespec.shared.rpc.limits import MAX_TOP_LOGPROBS
 
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's
@@ -64,7 +64,8 @@ class NativeGenerateRequest(BaseModel):
     logprob_start_len: int = Field(default=-1, ge=-1)
     top_logprobs_num: int = Field(default=0, ge=0, le=MAX_TOP_LOGPROBS)
     return_text_in_logprobs: bool = False
-    priority: int | None = None  # as on completions (vLLM's priority scheduling)
+    # As on completions (vLLM's priority scheduling); bounded here, where an error names it.
+    priority: int | None = Field(default=None, ge=INT32_MIN, le=INT32_MAX)
 
     @model_validator(mode="after")
     def _one_kind_of_prompt(self) -> NativeGenerateRequest:
