@@ -114,10 +114,13 @@ def emit(payload: dict[str, Any], text: str, json_path: Path | None) -> None:
         print(f"\nwrote {json_path}")
 
 
-def request(rid: str, ids: list[int], n: int, spec: SpeculationParams | None) -> GenerationRequest:
-    """Greedy, `n` new tokens; `spec` None: plain decoding."""
+def request(
+    rid: str, ids: list[int], n: int, spec: SpeculationParams | None, prediction: Sequence[int] = ()
+) -> GenerationRequest:
+    """Greedy, `n` new tokens; `spec` None: plain decoding; `prediction`: a predicted output."""
     speculation = spec or SpeculationParams(enabled=False)
-    return GenerationRequest(rid, ids, SamplingParams(temperature=0.0, max_new_tokens=n), speculation)
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=n)
+    return GenerationRequest(rid, ids, sampling, speculation, prediction=prediction)
 
 
 def engine(
@@ -137,7 +140,7 @@ def engine(
     config = EngineConfig(
         model_path=model_path,
         max_running_requests=1,
-        max_total_tokens=longest + max_new_tokens + speculation.max_tree_nodes + KV_MARGIN,
+        max_total_tokens=longest + max_new_tokens + speculation.num_draft_tokens + KV_MARGIN,
         speculation=speculation,
         node_cost=None if cost is None else cost.value,
         tree_cost=0.0 if cost is None else cost.tree,
@@ -191,6 +194,7 @@ def time_engine(
     method: str,
     category: str,
     spec: SpeculationParams | None,
+    prediction: Sequence[int] = (),
 ) -> GenerationResult:
     drafting = engine.timings.draft_s
     first_token: list[float] = []
@@ -200,7 +204,7 @@ def time_engine(
             first_token.append(time.perf_counter())
 
     start = time.perf_counter()
-    result = engine.generate([request(rid, ids, n, spec)], on_output=seen)[rid]
+    result = engine.generate([request(rid, ids, n, spec, prediction)], on_output=seen)[rid]
     end = time.perf_counter()
     stats, draft_s = result.stats, engine.timings.draft_s - drafting
     first_token_s = (first_token[0] if first_token else end) - start

@@ -7,12 +7,14 @@ import asyncio
 
 from treespec.gateway.chat_messages import template_messages
 from treespec.gateway.chat_reply import ChatReplies
+from treespec.gateway.errors import APIError
 from treespec.gateway.function_calls import FunctionCalls
 from treespec.gateway.reasoning_parsers.base import ReasoningParser
 from treespec.gateway.run import GenerationRun
 from treespec.gateway.schemas import ChatCompletionRequest
 from treespec.gateway.state import GatewayState
 from treespec.gateway.tool_calls import ToolCalling
+from treespec.shared.rpc.limits import MAX_PREDICTION_TOKENS
 
 PROMPT_TAIL_TOKENS = 16  # the prompt's last tokens, read for a reasoning end the template wrote
 
@@ -33,6 +35,7 @@ async def start_chat(
         body.continue_final_message,
     )
     reasoning, grammar_after = _reasoning(state, body, prompt)
+    prediction = await _prediction(state, body)
     run = await GenerationRun.start(
         state,
         body,
@@ -42,8 +45,20 @@ async def start_chat(
         id_prefix,
         grammar_after=grammar_after,
         prompt_param=prompt_param,
+        prediction=prediction,
     )
     return run, ChatReplies(reasoning, tools)
+
+
+async def _prediction(state: GatewayState, body: ChatCompletionRequest) -> list[int]:
+    """The predicted output's tokens (none without one)."""
+    if body.prediction is None:
+        return []
+    tokens = await asyncio.to_thread(state.tokenizer.text_prompt, body.prediction.text, False)
+    if len(tokens) > MAX_PREDICTION_TOKENS:
+        message = f"The prediction has {len(tokens)} tokens; at most {MAX_PREDICTION_TOKENS} are taken."
+        raise APIError(400, message, code="invalid_value", param="prediction")
+    return tokens
 
 
 def _tool_calling(state: GatewayState, body: ChatCompletionRequest) -> ToolCalling | None:

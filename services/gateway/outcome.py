@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from treespec.gateway.generation import ChoiceEnd, Event, SpecFigures, TextDelta, TokenLogprob
+from treespec.gateway.prediction import prediction_details
 from treespec.gateway.responses import MetaInfo, Usage
 
 
 class Outcome:
-    def __init__(self, num_choices: int, prompt_tokens: int, choices_per_prompt: int = 1) -> None:
+    def __init__(
+        self,
+        num_choices: int,
+        prompt_tokens: int,
+        choices_per_prompt: int = 1,
+        prediction: Sequence[int] = (),
+    ) -> None:
         self.prompt_tokens = prompt_tokens  # every prompt once, however many choices it has
         self.choices_per_prompt = choices_per_prompt  # prompt p's choices: p * n ... p * n + n - 1
+        self.prediction = prediction  # the predicted output's tokens (none: no prediction details)
         self._texts: list[list[str]] = [[] for _ in range(num_choices)]
+        self._token_ids: list[list[int]] = [[] for _ in range(num_choices)]
         self._logprobs: list[list[tuple[TokenLogprob, int]]] = [[] for _ in range(num_choices)]
         self._ends: dict[int, ChoiceEnd] = {}
 
     def add(self, event: Event) -> None:
+        self._token_ids[event.index].extend(event.token_ids)
         if isinstance(event, TextDelta):
             self._logprobs[event.index].extend((entry, event.offset) for entry in event.logprobs)
             self._texts[event.index].append(event.text)
@@ -50,7 +62,8 @@ class Outcome:
 
     @property
     def usage(self) -> Usage:
-        return Usage.of(self.prompt_tokens, self.completion_tokens, self.cached_tokens)
+        details = prediction_details(self.prediction, self._token_ids) if self.prediction else None
+        return Usage.of(self.prompt_tokens, self.completion_tokens, self.cached_tokens, details)
 
     @property
     def spec(self) -> SpecFigures | None:

@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from treespec.gateway.prediction import CompletionTokensDetails
+
 
 class PromptTokensDetails(BaseModel):
     cached_tokens: int  # prompt tokens whose K/V the verifier's prefix cache held
@@ -16,14 +18,22 @@ class Usage(BaseModel):
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails
+    completion_tokens_details: CompletionTokensDetails | None = None  # with a predicted output
 
     @classmethod
-    def of(cls, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> Usage:
+    def of(
+        cls,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_tokens: int = 0,
+        completion_details: CompletionTokensDetails | None = None,
+    ) -> Usage:
         return cls(
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             total_tokens=prompt_tokens + completion_tokens,
             prompt_tokens_details=PromptTokensDetails(cached_tokens=cached_tokens),
+            completion_tokens_details=completion_details,
         )
 
 

@@ -43,12 +43,13 @@ class GenerationRun:
         echoes: Sequence[str] | None = None,
         grammar_after: str = "",
         prompt_param: str = "prompt",
+        prediction: Sequence[int] = (),
     ) -> GenerationRun:
         """Cut the prompts to `truncate_prompt_tokens` where the request asks, check them against the
         model (context length, vocabulary; `prompt_param` names the field an error points at), plan
         the choices. Nothing is sent to the verifier until `events` is iterated. `grammar_after`: a
         thinking model's end of reasoning, after which the request's constraint holds ("": from the
-        start)."""
+        start). `prediction`: a predicted output's tokens, which every choice drafts from."""
         info = await state.verifier.model_info()
         prompts = [truncated(p, body.truncate_prompt_tokens, info) for p in prompts]
         for prompt_ids in prompts:
@@ -56,8 +57,10 @@ class GenerationRun:
         check_token_ids(body.allowed_token_ids or (), info, "allowed_token_ids")
         bad_words = bad_word_sequences(state.tokenizer, body.bad_words or ())
         response_id = f"{id_prefix}{uuid.uuid4().hex}"
-        jobs = choice_jobs(body, prompts, token_limit, info, response_id, echoes, grammar_after, bad_words)
-        outcome = Outcome(len(jobs), sum(len(p) for p in prompts), body.n)
+        jobs = choice_jobs(
+            body, prompts, token_limit, info, response_id, echoes, grammar_after, bad_words, prediction
+        )
+        outcome = Outcome(len(jobs), sum(len(p) for p in prompts), body.n, prediction)
         observation = Observation(state.metrics, state.tracer, operation, body, token_limit, response_id)
         return cls(response_id, int(time.time()), body.model, jobs, outcome, observation, state)
 

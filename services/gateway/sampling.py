@@ -60,10 +60,11 @@ def choice_jobs(
     echoes: Sequence[str] | None = None,
     grammar_after: str = "",
     bad_words: Sequence[Sequence[int]] = (),
+    prediction: Sequence[int] = (),
 ) -> list[ChoiceJob]:
     """`n` jobs per prompt, indexed prompt by prompt (OpenAI's order for batched prompts); `echoes`:
     each prompt's text, to send before its completions (completions' `echo`); `grammar_after`: see
-    `sampling_params`."""
+    `sampling_params`; `prediction`: a predicted output's tokens (prediction.py)."""
     end_ids = frozenset(body.stop_token_ids or ()) | (
         frozenset() if body.ignore_eos else frozenset(info.eos_token_ids)
     )
@@ -79,6 +80,7 @@ def choice_jobs(
                 speculation=speculation_params(body),
                 cache_salt=body.cache_salt or "",
                 priority=body.priority,
+                prediction_token_ids=prediction,
             )
             echo = None if echoes is None else echoes[p]
             job = ChoiceJob(

@@ -34,6 +34,7 @@ from pydantic_core import PydanticCustomError
 
 from treespec.gateway.chat_messages import ChatMessage
 from treespec.gateway.errors import quotable
+from treespec.gateway.prediction import Prediction
 from treespec.gateway.prompt_ending import PromptEndingFields
 from treespec.gateway.request_options import (
     ReasoningEffort,
@@ -276,9 +277,10 @@ class ChatCompletionRequest(SamplingFields, PromptEndingFields):
     # Not implemented: of OpenAI's types, and accepted at their neutral value only.
     modalities: list[str] | None = None
     audio: dict[str, Any] | None = None
-    prediction: dict[str, Any] | None = None
+    # OpenAI's Predicted Outputs: text the reply is expected to repeat, drafted from (prediction.py).
+    prediction: Prediction | None = None
 
-    _check_chat_unsupported = field_validator("modalities", "audio", "prediction")(unsupported)
+    _check_chat_unsupported = field_validator("modalities", "audio")(unsupported)
 
     @field_validator("functions", "function_call")
     @classmethod

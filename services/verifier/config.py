@@ -29,10 +29,21 @@ class EngineConfig:
     prefix_caching: bool = True
     # vLLM's: "fcfs" (first come, first served) or "priority" (by each request's priority first).
     scheduling_policy: str = "fcfs"
+    # The most rows (root included) a chain drafted from a request's predicted output verifies; 1:
+    # requests' predictions are not drafted from (prediction.py).
+    prediction_draft_tokens: int = 32
 
     def __post_init__(self) -> None:
         if self.scheduling_policy not in SCHEDULING_POLICIES:
             raise ValueError(f"scheduling_policy must be one of {', '.join(SCHEDULING_POLICIES)}")
+        if self.prediction_draft_tokens < 1:
+            raise ValueError("prediction_draft_tokens must be >= 1")
+
+    @property
+    def max_tree_rows(self) -> int:
+        """The most rows one request's decode step verifies: a tree of the speculation budget, or a
+        chain from its predicted output."""
+        return max(self.speculation.num_draft_tokens, self.prediction_draft_tokens)
 
     @property
     def num_blocks(self) -> int:

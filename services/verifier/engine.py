@@ -24,6 +24,7 @@ from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.kv_cache import BlockAllocator, KVCache
 from treespec.shared.model.loader import LoadOptions, load_model
 from treespec.shared.model.prefix_cache import PrefixCache
+from treespec.shared.rpc.limits import MAX_PREDICTION_TOKENS
 from treespec.verifier.commit_stage import CommitStage, StopRules
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.draft_stage import DraftStage
@@ -34,6 +35,7 @@ from treespec.verifier.grammar.compiler import GrammarCompiler
 from treespec.verifier.grammar.constraint import OutputConstraint
 from treespec.verifier.grammar.matcher import GrammarState
 from treespec.verifier.grammar.reasoning_gate import ReasoningGate
+from treespec.verifier.prediction import PredictedOutput
 from treespec.verifier.request import (
     EngineBusyError,
     FinishReason,
@@ -79,9 +81,9 @@ class Engine:
         self.context_length = min(
             config.context_length or mc.max_position_embeddings, mc.max_position_embeddings
         )
-        if config.max_total_tokens < self.context_length + config.speculation.num_draft_tokens:
+        if config.max_total_tokens < self.context_length + config.max_tree_rows:
             # A request at the context limit must still fit alone, or it could never finish.
-            self.context_length = config.max_total_tokens - config.speculation.num_draft_tokens
+            self.context_length = config.max_total_tokens - config.max_tree_rows
         self.cache = KVCache.allocate(
             mc, config.num_blocks, config.page_size, self.model.dtype, self.model.device
         )
@@ -104,7 +106,7 @@ class Engine:
         self.stats = SpecStats()
         self.timings = StepTimings()  # totals over the steps that ran a batch
         self.last_step: StepTimes | None = None  # the last step's, None when it ran no batch
-        self._draft = DraftStage(drafter, mc.vocab_size)
+        self._draft = DraftStage(drafter, mc.vocab_size, self.context_length)
         self._forward = ForwardStage(self.model, self.cache, TorchAttentionBackend(mc.sliding_window))
         self._verify_cost = self._node_cost_model()
         eos = set(mc.eos_token_ids) | _generation_eos(config.model_path)
@@ -145,6 +147,7 @@ class Engine:
             list(request.prompt_ids),
             generator=generator,
             grammar=grammar,
+            prediction=self._prediction(request),
         )
         self._inbox.put(state)
 
@@ -274,6 +277,10 @@ class Engine:
 
     # ---- internals ----------------------------------------------------------------------------
 
+    def _prediction(self, request: GenerationRequest) -> PredictedOutput | None:
+        rows = self.config.prediction_draft_tokens
+        return PredictedOutput(request.prediction, rows) if request.prediction and rows > 1 else None
+
     def _check_prompt(self, request: GenerationRequest) -> None:
         n = len(request.prompt_ids)
         if n == 0:
@@ -285,7 +292,10 @@ class Engine:
         vocab = self.model.config.vocab_size
         if any(not 0 <= t < vocab for t in request.prompt_ids):
             raise InvalidRequestError(f"prompt token ids must be in [0, {vocab})")
-        for name, token_ids in request.sampling.logit_token_ids().items():
+        if len(request.prediction) > MAX_PREDICTION_TOKENS:
+            raise InvalidRequestError(f"the prediction has more than {MAX_PREDICTION_TOKENS} tokens")
+        checked = {**request.sampling.logit_token_ids(), "prediction": list(request.prediction)}
+        for name, token_ids in checked.items():
             if any(not 0 <= t < vocab for t in token_ids):
                 raise InvalidRequestError(f"{name} token ids must be in [0, {vocab})")
 

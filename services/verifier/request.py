@@ -147,10 +147,6 @@ class SpeculationParams:
             tree_cost=tree_cost,
         )
 
-    @property
-    def max_tree_nodes(self) -> int:
-        return self.num_draft_tokens if self.enabled else 1
-
     def validate(self) -> None:
         if self.num_draft_tokens < 1 or self.num_steps < 0 or self.eagle_topk < 1:
             raise InvalidRequestError(
@@ -170,6 +166,9 @@ class GenerationRequest:
     # vLLM's priority, under the priority scheduling policy: lower values are admitted first and
     # preempted last (ties: the earlier arrival). 0 under first come, first served.
     priority: int = 0
+    # OpenAI's predicted output, tokenized: what the output is expected to repeat, drafted from
+    # beside the drafter (prediction.py); it never changes the output. Empty: none.
+    prediction: Sequence[int] = ()
 
 
 class FinishReason(enum.Enum):

@@ -108,7 +108,7 @@ class Scheduler:
         for state in sorted((s for s in self.running if not s.in_prefill), key=self.order):
             if state.phase is not Phase.RUNNING:
                 continue  # preempted earlier in this loop
-            while not self._try_grow(state, state.kv_len + state.speculation.max_tree_nodes):
+            while not self._try_grow(state, state.kv_len + state.max_tree_nodes):
                 victim = max(self.running, key=self.order)
                 self._preempt(victim)
                 preempted.append(victim)

@@ -9,6 +9,7 @@ import torch
 
 from treespec.kernels.logprobs import TokenLogprobs
 from treespec.verifier.grammar.matcher import GrammarState
+from treespec.verifier.prediction import PredictedOutput
 from treespec.verifier.request import FinishReason, GenerationRequest, SpeculationParams
 from treespec.verifier.stats import SpecStats
 
@@ -42,10 +43,18 @@ class RequestState:
     # Prefix caching: the key ids of the leading blocks that are cached (shared or registered).
     prefix_chain: list[int] = field(default_factory=list)
     cached_tokens: int = 0  # prompt tokens found in the prefix cache when the request was admitted
+    prediction: PredictedOutput | None = None  # OpenAI's predicted output, drafted from (prediction.py)
 
     @property
     def request_id(self) -> str:
         return self.request.request_id
+
+    @property
+    def max_tree_nodes(self) -> int:
+        """The rows a decode step may verify: a tree's when the request drafts, or a chain's from its
+        predicted output."""
+        tree = self.speculation.num_draft_tokens if self.speculation.enabled else 1
+        return max(tree, self.prediction.max_rows if self.prediction is not None else 1)
 
     @property
     def num_prompt(self) -> int:

@@ -29,6 +29,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     _ngram_arguments(ngram)
     ngram.set_defaults(handler=_ngram)
+    prediction = verbs.add_parser(
+        "prediction",
+        help="a rewrite with the text as OpenAI's predicted output: plain vs the prediction vs n-gram"
+        " with and without it (CPU, batch 1)",
+    )
+    _ngram_arguments(prediction)
+    prediction.set_defaults(handler=_prediction)
     eagle = verbs.add_parser(
         "eagle",
         help="the engine plain vs EAGLE-3 (in process, co-located) vs n-gram vs HF generate (CPU, batch 1)",
@@ -175,6 +182,12 @@ def _engine(ns: argparse.Namespace) -> int:
 
 def _ngram(ns: argparse.Namespace) -> int:
     from treespec.bench.ngram_bench import run
+
+    return run(ns)
+
+
+def _prediction(ns: argparse.Namespace) -> int:
+    from treespec.bench.prediction_bench import run
 
     return run(ns)
 

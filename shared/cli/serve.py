@@ -24,7 +24,11 @@ from treespec.shared.cli.ngram_flags import option_arguments
 from treespec.shared.cli.plugin_flags import add_plugin_arguments, check_plugin_options, plugin_options
 from treespec.shared.cli.speculation_flags import add_budget_arguments, default_budget, resolve_budget
 from treespec.shared.cli.speculative_config import add_speculative_config_argument
-from treespec.shared.cli.verifier import add_prefix_caching_argument, add_scheduling_policy_argument
+from treespec.shared.cli.verifier import (
+    add_prediction_argument,
+    add_prefix_caching_argument,
+    add_scheduling_policy_argument,
+)
 from treespec.shared.launcher.colocation_paths import SOCKET_NAME, draft_socket, local_address
 from treespec.shared.launcher.health import grpc_serving, http_ok
 from treespec.shared.launcher.ports import free_port
@@ -62,6 +66,7 @@ class ServeConfig:
     drafter_options: dict[str, Any] = field(default_factory=dict)  # plugin options (NGRAM flags)
     prefix_caching: bool = True
     scheduling_policy: str | None = None  # the verifier's; None: its default (fcfs)
+    prediction_draft_tokens: int | None = None  # the verifier's; None: its default
     tool_call_parser: str | None = None  # the gateway's, for tool_choice "auto"
     reasoning_parser: str | None = None  # the gateway's, for thinking models
     responses_store_size: int = DEFAULT_RESPONSES_STORE_SIZE  # the gateway's
@@ -142,6 +147,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--served-model-name", default=None)
     add_prefix_caching_argument(p)
     add_scheduling_policy_argument(p)
+    add_prediction_argument(p)
     add_reply_parser_arguments(p)
     add_responses_store_argument(p)
     add_plugin_arguments(p)
@@ -174,6 +180,7 @@ def _run(ns: argparse.Namespace) -> int:
         verifier_metrics_port=ns.verifier_metrics_port,
         prefix_caching=not ns.disable_prefix_caching,
         scheduling_policy=ns.scheduling_policy,
+        prediction_draft_tokens=ns.prediction_draft_tokens,
         tool_call_parser=parser,
         reasoning_parser=ns.reasoning_parser,
         responses_store_size=ns.responses_store_size,
@@ -232,6 +239,8 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
         verifier += ["--disable-prefix-caching"]
     if c.scheduling_policy is not None:
         verifier += ["--scheduling-policy", c.scheduling_policy]
+    if c.prediction_draft_tokens is not None:
+        verifier += ["--prediction-draft-tokens", str(c.prediction_draft_tokens)]
     verifier_process = ServiceProcess("verifier", verifier, lambda: grpc_serving(verifier_address))
     out.insert(0 if c.colocated else len(out), verifier_process)  # a co-located drafter needs its socket
     if c.colocated or (c.speculative and c.algorithm.lower() in MODEL_ALGORITHMS):  # turns on the same cores

@@ -29,6 +29,7 @@ ENGINE_FLAGS = (
     "chunked_prefill_size",
     "context_length",
     "scheduling_policy",
+    "prediction_draft_tokens",
 )
 
 
@@ -62,6 +63,17 @@ def _engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--context-length", type=positive_int, help="default: the model's")
     add_prefix_caching_argument(p)
     add_scheduling_policy_argument(p)
+    add_prediction_argument(p)
+
+
+def add_prediction_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--prediction-draft-tokens",
+        type=positive_int,
+        default=None,
+        help="the most rows (root included) a chain drafted from a request's predicted output "
+        "(OpenAI's prediction) verifies; 1: predictions are not drafted from (default: 32)",
+    )
 
 
 def add_scheduling_policy_argument(p: argparse.ArgumentParser) -> None:

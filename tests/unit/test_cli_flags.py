@@ -207,3 +207,17 @@ def test_the_scheduling_policy_reaches_the_engine_through_serve_and_verifier(tmp
         assert ("--scheduling-policy" in argv) == (policy is not None)
         ns = build_parser().parse_args(argv)
         assert config_from_args(ns).engine.scheduling_policy == (policy or "fcfs")
+
+
+def test_prediction_draft_tokens_reach_the_engine_through_serve_and_verifier(tmp_path: Path) -> None:
+    from treespec.shared.cli.main import build_parser
+    from treespec.shared.cli.serve import ServeConfig, services
+    from treespec.shared.cli.verifier import config_from_args
+
+    assert _exit_code(["verifier", "--prediction-draft-tokens", "0"]) == 2
+    for rows in (None, 1, 64):
+        config = ServeConfig.on_free_ports(tmp_path, "NGRAM", prediction_draft_tokens=rows)
+        argv = list(next(p for p in services(config) if p.name == "verifier").argv)
+        assert ("--prediction-draft-tokens" in argv) == (rows is not None)
+        ns = build_parser().parse_args(argv)
+        assert config_from_args(ns).engine.prediction_draft_tokens == (rows or 32)

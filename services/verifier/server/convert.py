@@ -50,6 +50,7 @@ def generation_request(
         trace_context=dict(trace_context),
         cache_salt=msg.cache_salt,
         priority=msg.priority,
+        prediction=list(msg.prediction_token_ids),
     )
 
 
