@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.unit.bench_prompts import write_prompts
 from tests.unit.drafter.eagle.public_checkpoints import write_eagle3
 from treespec.bench.eagle_bench import METHODS, EagleBenchArgs, _payload, _waiting_line, render
 from treespec.bench.prompts import BenchPrompt
@@ -181,11 +182,8 @@ def test_a_real_run_writes_the_json(
 ) -> None:
     """Every method on the real model, interleaved: outputs equal plain's, figures for each."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    prompts = tmp_path / "prompts.jsonl"
     rows = [(1, "coding", "Write a haiku about code."), (2, "math", "What is 2 + 2?")]
-    prompts.write_text(
-        "".join(json.dumps({"question_id": q, "category": c, "turns": [t]}) + "\n" for q, c, t in rows)
-    )
+    prompts = write_prompts(tmp_path / "prompts.jsonl", rows)
     out = tmp_path / "out.json"
     model = str(resolve_model_path(None, models_dir()))
     argv = ["--model", model, "--prompts", str(prompts), "--max-new-tokens", "6", "--threads", "2"]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.bench_prompts import write_prompts
 from treespec.shared.cli.main import main
 from treespec.shared.model.store import models_dir, resolve_model_path
 
@@ -26,11 +27,8 @@ def test_a_real_run_writes_the_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    prompts = tmp_path / "prompts.jsonl"
     rows = [(1, "coding", "Write a Python function that adds two numbers."), (2, "qa", "Name three colours.")]
-    prompts.write_text(
-        "".join(json.dumps({"question_id": q, "category": c, "turns": [t]}) + "\n" for q, c, t in rows)
-    )
+    prompts = write_prompts(tmp_path / "prompts.jsonl", rows)
     out = tmp_path / "out.json"
     model = str(resolve_model_path(None, models_dir()))
     argv = ["--model", model, "--prompts", str(prompts), "--max-new-tokens", "24", "--threads", "2"]

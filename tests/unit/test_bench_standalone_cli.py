@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.unit.bench_prompts import write_prompts
 from treespec.bench.prompts import BenchPrompt
 from treespec.bench.runs import GreedyCheck, NodeCost
 from treespec.bench.standalone_bench import StandaloneBenchArgs, _payload, render
@@ -90,11 +91,8 @@ def test_a_run_writes_the_table_and_json(tmp_path: Path, capsys: pytest.CaptureF
     from tests.unit.drafter.eagle.smol_tiny import make_smol_tiny
 
     model = make_smol_tiny(tmp_path / "model")
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text(
-        json.dumps({"question_id": 1, "category": "writing", "turns": ["Write one line."]}) + "\n"
-        + json.dumps({"question_id": 2, "category": "coding", "turns": ["Print hello in C."]}) + "\n"
-    )  # fmt: skip
+    rows = [(1, "writing", "Write one line."), (2, "coding", "Print hello in C.")]
+    prompts = write_prompts(tmp_path / "prompts.jsonl", rows)
     out = tmp_path / "bench.json"
     argv = [
         "bench",
