@@ -6,10 +6,10 @@ refused as unsupported. Tools are called with a named function or "required" (to
 "auto" where the gateway has a tool-call parser (auto_tool_calls.py); OpenAI's deprecated `functions`
 and `function_call` are read as the tools and tool choice they stand for (function_calls.py gives
 their calls back in the legacy shape).
-Structured output: OpenAI's `response_format` (json_object, json_schema) and vLLM's guided_json,
-guided_regex, guided_choice and guided_grammar, one at a time. Extensions after
-vLLM and SGLang: top_k, min_p, repetition_penalty, min_tokens, ignore_eos, stop_token_ids,
-include_stop_str_in_output, skip_special_tokens, return_tokens_as_token_ids,
+Structured output: OpenAI's `response_format` (json_object, json_schema), vLLM's guided_json,
+guided_regex, guided_choice and guided_grammar, and vLLM's newer `structured_outputs`, one at a
+time. Extensions after vLLM and SGLang: top_k, min_p, repetition_penalty, min_tokens, ignore_eos,
+stop_token_ids, include_stop_str_in_output, skip_special_tokens, return_tokens_as_token_ids,
 truncate_prompt_tokens, and a per-request
 `speculation` object; OpenAI's
 `reasoning_effort` is a chat template variable; vLLM's add_generation_prompt and
@@ -50,6 +50,7 @@ from treespec.gateway.schema_types import (
     null_is_default,
     unsupported,
 )
+from treespec.gateway.structured_outputs import MAX_GUIDED_CHOICES, Constraint, StructuredOutputs
 from treespec.gateway.tool_calls import ANY_OBJECT, ToolCallMode
 from treespec.gateway.tool_schemas import (
     MAX_TOOLS,
@@ -72,7 +73,6 @@ MAX_LOGIT_BIAS = 1024  # tokens one request may bias
 MAX_ALLOWED_TOKEN_IDS = 1 << 18  # more than any vocabulary served
 MAX_CACHE_SALT_CHARS = 1024
 MAX_HINT_CHARS = 1024  # safety_identifier, prompt_cache_key
-MAX_GUIDED_CHOICES = 256
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -83,10 +83,6 @@ ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
 
 # OpenAI's deprecated function-calling fields, and the newer ones each stands for.
 _LEGACY_TOOL_FIELDS = {"functions": "tools", "function_call": "tool_choice"}
-
-
-# What the output must match: (kind, value), kind a field of the wire's OutputConstraint.
-Constraint = tuple[Literal["json_schema", "json_object", "regex", "choice", "grammar"], Any]
 
 
 class SamplingFields(BaseModel):
@@ -135,6 +131,7 @@ class SamplingFields(BaseModel):
     guided_regex: UnicodeText | None = Field(default=None, min_length=1)
     guided_choice: list[UnicodeText] | None = Field(default=None, min_length=1, max_length=MAX_GUIDED_CHOICES)
     guided_grammar: UnicodeText | None = Field(default=None, min_length=1)
+    structured_outputs: StructuredOutputs | None = None  # vLLM's newer form of the guided fields
     _defaults_for_null = field_validator(
         "n",
         "priority",
@@ -186,6 +183,8 @@ class SamplingFields(BaseModel):
             found.append(("guided_choice", ("choice", self.guided_choice)))
         if self.guided_grammar is not None:
             found.append(("guided_grammar", ("grammar", self.guided_grammar)))
+        if self.structured_outputs is not None:
+            found.append(("structured_outputs", self.structured_outputs.constraint))
         return found
 
     @property

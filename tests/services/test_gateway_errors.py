@@ -72,6 +72,22 @@ DONE_CASES: dict[str, tuple[str, dict[str, Any], int]] = {
         {"json": chat_body(response_format={"type": "json_object"}, guided_choice=["a"])},
         400,
     ),
+    "structured outputs beside guided decoding": (
+        CHAT,
+        {"json": chat_body(structured_outputs={"regex": "a+"}, guided_choice=["a"])},
+        400,
+    ),
+    "structured outputs of two kinds": (
+        CHAT,
+        {"json": chat_body(structured_outputs={"regex": "a+", "choice": ["a"]})},
+        400,
+    ),
+    "structured outputs of no kind": (CHAT, {"json": chat_body(structured_outputs={})}, 400),
+    "a structured outputs backend switch": (
+        CHAT,
+        {"json": chat_body(structured_outputs={"regex": "a+", "disable_any_whitespace": True})},
+        400,
+    ),
     "presence penalty beyond 2": (CHAT, {"json": chat_body(presence_penalty=3.0)}, 400),
     "repetition penalty 0": (CHAT, {"json": chat_body(repetition_penalty=0)}, 400),
     "logit bias on a token beyond the vocabulary": (CHAT, {"json": chat_body(logit_bias={"999999": 1})}, 400),

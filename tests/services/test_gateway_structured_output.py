@@ -122,6 +122,51 @@ def test_vllm_guided_choice_and_regex(client: openai.OpenAI) -> None:
     assert re.fullmatch(date, reply.choices[0].message.content or "")
 
 
+def test_vllm_structured_outputs_take_each_kind(client: openai.OpenAI) -> None:
+    """vLLM's newer `structured_outputs` object, on chat and completions alike."""
+    choices = ["yes", "no"]
+    reply = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Is the sky blue?"}],
+        max_tokens=4,
+        temperature=0,
+        extra_body={"structured_outputs": {"choice": choices}},
+    )
+    assert reply.choices[0].message.content in choices
+    person = client.completions.create(
+        model=MODEL,
+        prompt="A person in JSON:",
+        max_tokens=48,
+        temperature=0,
+        extra_body={"structured_outputs": {"json": SCHEMA}},
+    )
+    Person.model_validate_json(person.choices[0].text)
+    date = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
+    regex = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "When did the Berlin wall fall?"}],
+        max_tokens=16,
+        temperature=0,
+        extra_body={"structured_outputs": {"regex": date}},
+    )
+    assert re.fullmatch(date, regex.choices[0].message.content or "")
+    grammar = client.completions.create(
+        model=MODEL,
+        prompt="What is 6 times 7?",
+        max_tokens=12,
+        temperature=0,
+        extra_body={"structured_outputs": {"grammar": 'root ::= "It is " [0-9]+ "."'}},
+    )
+    assert re.fullmatch(r"It is [0-9]+\.", grammar.choices[0].text)
+    anything = client.chat.completions.create(
+        model=MODEL,
+        messages=ASK_PERSON,
+        max_tokens=32,
+        extra_body={"structured_outputs": {"json_object": True}},
+    )
+    assert (anything.choices[0].message.content or "").lstrip().startswith("{")
+
+
 def test_completions_take_guided_json_and_a_grammar(client: openai.OpenAI) -> None:
     reply = client.completions.create(
         model=MODEL,
