@@ -33,6 +33,7 @@ async def start_chat(
         body.opens_turn,
         body.template_kwargs,
         body.continue_final_message,
+        body.documents,
     )
     reasoning, grammar_after = _reasoning(state, body, prompt)
     prediction = await _prediction(state, body)

@@ -56,9 +56,12 @@ class GenerationRun:
             check_prompt(prompt_ids, info, prompt_param)
         check_token_ids(body.allowed_token_ids or (), info, "allowed_token_ids")
         bad_words = bad_word_sequences(state.tokenizer, body.bad_words or ())
-        response_id = f"{id_prefix}{uuid.uuid4().hex}"
+        # The response's id holds the client's request_id where it gave one (vLLM's); the verifier's
+        # request ids stay unique, whatever the client sends.
+        unique = f"{id_prefix}{uuid.uuid4().hex}"
+        response_id = f"{id_prefix}{body.request_id}" if body.request_id else unique
         jobs = choice_jobs(
-            body, prompts, token_limit, info, response_id, echoes, grammar_after, bad_words, prediction
+            body, prompts, token_limit, info, unique, echoes, grammar_after, bad_words, prediction
         )
         outcome = Outcome(len(jobs), sum(len(p) for p in prompts), body.n, prediction)
         observation = Observation(state.metrics, state.tracer, operation, body, token_limit, response_id)

@@ -67,6 +67,10 @@ def _free_template_kwargs(value: dict[str, Any]) -> dict[str, Any]:
 # vLLM's and SGLang's `chat_template_kwargs`: more variables for the chat template (Qwen3's
 # `enable_thinking`, ...); a template ignores those it does not read.
 TemplateKwargs = Annotated[dict[str, Any], AfterValidator(_free_template_kwargs)]
+MAX_DOCUMENTS = 256
+# vLLM's `documents`: each a dict of strings (a "title" and a "text", as the templates that read them
+# expect), handed to the chat template as its `documents` argument.
+TemplateDocuments = Annotated[list[dict[str, UnicodeText]], Field(max_length=MAX_DOCUMENTS)]
 
 
 # Values that mean "feature off" for the OpenAI fields treespec does not implement.

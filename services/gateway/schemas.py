@@ -44,6 +44,7 @@ from treespec.gateway.request_options import (
 )
 from treespec.gateway.schema_types import (
     STRICT,
+    TemplateDocuments,
     TemplateKwargs,
     TokenId,
     UnicodeText,
@@ -99,7 +100,8 @@ class SamplingFields(BaseModel):
     stop: UnicodeText | StopList | None = None
     seed: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     user: str | None = None
-    # Extensions (vLLM / SGLang).
+    # Extensions (vLLM / SGLang). vLLM's request_id names the response: "chatcmpl-<request_id>".
+    request_id: UnicodeText | None = Field(default=None, min_length=1, max_length=MAX_HINT_CHARS)
     top_k: int | None = Field(default=None, ge=-1, le=2**31 - 1)
     min_p: float | None = Field(default=None, ge=0.0, le=1.0)
     ignore_eos: bool = False
@@ -263,6 +265,7 @@ class ChatCompletionRequest(SamplingFields, PromptEndingFields):
     tools: list[ToolDef] | None = Field(default=None, max_length=MAX_TOOLS)
     tool_choice: ToolChoice | None = None
     chat_template_kwargs: TemplateKwargs | None = None  # vLLM's and SGLang's
+    documents: TemplateDocuments | None = None  # vLLM's: for a retrieval-augmented chat template
     # OpenAI's effort for reasoning models: the chat template's variable `reasoning_effort` (gpt-oss's
     # template reads it; a template that does not ignores it).
     reasoning_effort: ReasoningEffort | None = None

@@ -31,16 +31,19 @@ class PromptTokenizer:
         add_generation_prompt: bool = True,
         template_kwargs: dict[str, Any] | None = None,
         continue_final_message: bool = False,
+        documents: list[dict[str, str]] | None = None,
     ) -> list[int]:
         """The chat template applied to `messages` (and `tools`, for a template that renders them),
         ending with the assistant's turn opened (unless not `add_generation_prompt`), or inside the
         final message, left open for the model to continue (`continue_final_message`);
-        `template_kwargs`: more variables for the template (`chat_template_kwargs`)."""
+        `template_kwargs`: more variables for the template (`chat_template_kwargs`); `documents`: for
+        a retrieval-augmented template (Command R's, Granite's), as vLLM passes them."""
         template_tools: list[Any] | None = tools
         try:
             text = self._hf.apply_chat_template(
                 messages,
                 tools=template_tools,
+                documents=documents,
                 add_generation_prompt=add_generation_prompt,
                 continue_final_message=continue_final_message,
                 tokenize=False,

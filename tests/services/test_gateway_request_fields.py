@@ -1,6 +1,6 @@
 """vLLM's and OpenAI's request fields beyond the basics, through the official `openai` client against
 the real gateway and verifier (conftest.py): `reasoning_effort`, `continue_final_message` and chat
-`echo`, `stream_options.continuous_usage_stats`, `truncate_prompt_tokens`."""
+`echo`, `stream_options.continuous_usage_stats`, `truncate_prompt_tokens`, `request_id`."""
 
 from __future__ import annotations
 
@@ -25,7 +25,12 @@ def test_reasoning_effort_is_a_template_variable(client: openai.OpenAI) -> None:
         model=MODEL, messages=HI, max_tokens=6, temperature=0, reasoning_effort="low"
     )
     assert low.choices[0].message.content == plain.choices[0].message.content
-    assert low.usage == plain.usage
+    assert low.usage is not None and plain.usage is not None
+    # The same prompt (the second run finds it in the prefix cache, so only the counts are compared).
+    assert (low.usage.prompt_tokens, low.usage.completion_tokens) == (
+        plain.usage.prompt_tokens,
+        plain.usage.completion_tokens,
+    )
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(
             model=MODEL, messages=HI, max_tokens=6, extra_body={"reasoning_effort": "extreme"}
@@ -153,3 +158,26 @@ def test_a_priority_reaches_the_verifier(http: httpx.Client) -> None:
             refused.status_code == 400
             and "--scheduling-policy priority" in refused.json()["error"]["message"]
         )
+
+
+def test_a_request_id_names_the_response(client: openai.OpenAI) -> None:
+    """vLLM's `request_id`: the response's id is the endpoint's prefix and it; two requests sent at
+    once under the same id both run (the verifier's own ids stay unique)."""
+    import concurrent.futures
+
+    def chat(_: int) -> Any:
+        return client.chat.completions.create(
+            model=MODEL, messages=HI, max_tokens=4, temperature=0, extra_body={"request_id": "job-7"}
+        )
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        replies = list(pool.map(chat, range(2)))
+    assert [r.id for r in replies] == ["chatcmpl-job-7"] * 2
+    assert replies[0].choices[0].message.content == replies[1].choices[0].message.content
+    completion = client.completions.create(
+        model=MODEL, prompt=COUNTING, max_tokens=2, extra_body={"request_id": "job-8"}
+    )
+    assert completion.id == "cmpl-job-8"
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.completions.create(model=MODEL, prompt=COUNTING, max_tokens=2, extra_body={"request_id": ""})
+    assert caught.value.param == "request_id"

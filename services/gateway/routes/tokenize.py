@@ -13,7 +13,7 @@ from treespec.gateway.chat_messages import ChatMessage, template_messages
 from treespec.gateway.errors import APIError
 from treespec.gateway.prompt_ending import PromptEndingFields
 from treespec.gateway.sampling import check_token_ids
-from treespec.gateway.schema_types import STRICT, TemplateKwargs, TokenId, UnicodeText
+from treespec.gateway.schema_types import STRICT, TemplateDocuments, TemplateKwargs, TokenId, UnicodeText
 from treespec.gateway.state import GatewayState, gateway_state
 from treespec.gateway.tool_schemas import MAX_TOOLS, ToolDef, template_tools
 
@@ -31,6 +31,7 @@ class TokenizeRequest(PromptEndingFields):
     messages: list[ChatMessage] | None = Field(default=None, min_length=1)
     tools: list[ToolDef] | None = Field(default=None, max_length=MAX_TOOLS)
     chat_template_kwargs: TemplateKwargs | None = None
+    documents: TemplateDocuments | None = None
 
 
 class TokenizeResponse(BaseModel):
@@ -68,6 +69,7 @@ async def tokenize(
             body.opens_turn,
             body.chat_template_kwargs,
             body.continue_final_message,
+            body.documents,
         )
     else:
         assert body.prompt is not None

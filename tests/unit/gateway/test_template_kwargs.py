@@ -16,6 +16,8 @@ from treespec.shared.model.store import models_dir, resolve_model_path
 
 # Qwen3's way with thinking, and gpt-oss's reasoning effort, on SmolLM2's ChatML tokens.
 THINKING_TEMPLATE = (
+    "{% if documents %}<|im_start|>system\n"
+    "{% for d in documents %}[{{ d.title }}] {{ d.text }}\n{% endfor %}<|im_end|>\n{% endif %}"
     "{% if reasoning_effort is defined %}"
     "<|im_start|>system\nReasoning: {{ reasoning_effort }}<|im_end|>\n"
     "{% endif %}"
@@ -68,3 +70,18 @@ def test_continue_final_message_leaves_the_reply_open(thinking_tokenizer: Prompt
     )
     closed = thinking_tokenizer.decode(thinking_tokenizer.chat_prompt(messages), skip_special_tokens=False)
     assert closed.endswith("The answer is<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_documents_reach_the_template(thinking_tokenizer: PromptTokenizer) -> None:
+    """vLLM's `documents`, for retrieval-augmented templates (a template that does not read them
+    renders as without them)."""
+    messages = [{"role": "user", "content": "Where is the key?"}]
+    documents = [{"title": "note", "text": "The key is under the mat."}]
+    body = ChatCompletionRequest.model_validate({"model": "m", "messages": messages, "documents": documents})
+    ids = thinking_tokenizer.chat_prompt(messages, documents=body.documents)
+    prompt = thinking_tokenizer.decode(ids, skip_special_tokens=False)
+    assert prompt.startswith("<|im_start|>system\n[note] The key is under the mat.\n<|im_end|>\n")
+    smol = PromptTokenizer(resolve_model_path(None, models_dir()))
+    assert smol.chat_prompt(messages, documents=documents) == smol.chat_prompt(messages)
+    with pytest.raises(ValueError, match="documents"):
+        ChatCompletionRequest.model_validate({"model": "m", "messages": messages, "documents": [{"t": 1}]})
