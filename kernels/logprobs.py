@@ -14,12 +14,14 @@ import torch
 
 @dataclass(frozen=True)
 class TokenLogprobs:
-    """Rows of one request's emitted tokens: the chosen token's log-probability and the `k` most
-    likely tokens with theirs (most likely first)."""
+    """Rows of one request's emitted tokens: the chosen token's log-probability and its rank in the
+    vocabulary (1: the most likely; vLLM's), and the `k` most likely tokens with theirs (most likely
+    first)."""
 
     chosen: list[float]
     top_ids: list[list[int]]
     top_logprobs: list[list[float]]
+    ranks: list[int]
 
     @classmethod
     def join(cls, parts: list[TokenLogprobs]) -> TokenLogprobs:
@@ -27,6 +29,7 @@ class TokenLogprobs:
             [x for p in parts for x in p.chosen],
             [x for p in parts for x in p.top_ids],
             [x for p in parts for x in p.top_logprobs],
+            [x for p in parts for x in p.ranks],
         )
 
 
@@ -34,9 +37,10 @@ def token_logprobs(logits: torch.Tensor, chosen: torch.Tensor, k: int) -> TokenL
     """logits: [n, vocab], the target's rows the tokens were emitted from; chosen: LongTensor[n]."""
     logp = torch.log_softmax(logits.float(), dim=-1)
     picked = logp.gather(1, chosen.to(logp.device).view(-1, 1)).squeeze(1)
+    ranks = (logp > picked[:, None]).sum(dim=-1) + 1
     if k > 0:
         top = logp.topk(min(k, logp.shape[-1]), dim=-1)
         top_ids, top_lp = top.indices.tolist(), top.values.tolist()
     else:
         top_ids, top_lp = [[] for _ in range(len(chosen))], [[] for _ in range(len(chosen))]
-    return TokenLogprobs(picked.tolist(), top_ids, top_lp)
+    return TokenLogprobs(picked.tolist(), top_ids, top_lp, ranks.tolist())

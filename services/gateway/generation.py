@@ -51,10 +51,12 @@ class TokenLogprob:
     token_id: int
     logprob: float | None  # None: the prompt's first token (no context to predict it from)
     top: tuple[tuple[int, float], ...]
+    rank: int = 0  # in the vocabulary, 1: the most likely (0: unknown)
 
     @classmethod
     def from_proto(cls, token_id: int, entry: verifier_pb2.TokenLogprob) -> TokenLogprob:
-        return cls(token_id, entry.logprob, tuple(zip(entry.top_token_ids, entry.top_logprobs, strict=True)))
+        top = tuple(zip(entry.top_token_ids, entry.top_logprobs, strict=True))
+        return cls(token_id, entry.logprob, top, entry.rank)
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ class TextDelta:
     offset: int = 0  # where `text` starts in the choice's whole text
     completion_tokens: int = 0  # the choice's output tokens so far, this text's included
     token_ids: tuple[int, ...] = ()  # the tokens received since the delta before (end tokens too)
+    # vLLM's prompt_logprobs, on the choice's first event: one entry per prompt token (the first's None)
+    prompt_logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,7 @@ class ChoiceEnd:
     cached_tokens: int = 0  # prompt tokens the verifier found in its prefix cache (0: unknown)
     token_ids: tuple[int, ...] = ()  # the tokens received after the last delta (an end token)
     matched: int | str | None = None  # what stopped it: an end token id, or a stop string
+    prompt_logprobs: tuple[TokenLogprob, ...] = ()  # as on TextDelta, when no delta came before
 
 
 Event = TextDelta | ChoiceEnd
@@ -93,6 +98,7 @@ class ChoiceJob:
     min_tokens: int = 0  # stop strings count from this many output tokens on (vLLM's min_tokens)
     include_stop_str: bool = False  # the text ends with the stop string found (vLLM's extension)
     skip_special_tokens: bool = True  # special tokens add no text (vLLM's extension)
+    prompt_logprobs: bool = False  # the first event carries the prompt's log-probabilities (vLLM's)
 
 
 class ChunkSource(Protocol):
@@ -113,18 +119,26 @@ async def run_choice(
     pending: list[TokenLogprob] = []  # tokens whose text has not been sent yet
     received: list[int] = []  # tokens not yet on a delta
     echo = job.echo
+    prompt: tuple[TokenLogprob, ...] = ()  # vLLM's prompt log-probabilities, until an event takes them
 
     def delta(text: str, entries: tuple[TokenLogprob, ...]) -> TextDelta:
-        nonlocal sent
+        nonlocal sent, prompt
         sent += len(text)
         tokens = tuple(received)
         received.clear()
-        return TextDelta(job.index, text, entries, sent - len(text), count, tokens)
+        event = TextDelta(job.index, text, entries, sent - len(text), count, tokens, prompt)
+        prompt = ()
+        return event
 
+    first = True
     async with aclosing(client.generate(job.request, trace_context)) as chunks:
         async for chunk in chunks:
+            if first:
+                prompt_entries = _prompt_entries(job.request, chunk)
+                prompt = prompt_entries if job.prompt_logprobs else ()
+                first = False
             if echo is not None:
-                yield delta(echo, _prompt_entries(job.request, chunk))
+                yield delta(echo, _echo_entries(job.request, prompt_entries))
                 echo = None
             entries = chunk.logprobs if len(chunk.logprobs) == len(chunk.token_ids) else None
             for j, token in enumerate(chunk.token_ids):
@@ -140,14 +154,20 @@ async def run_choice(
                     pending.clear()
                 if check.stopped:
                     yield ChoiceEnd(
-                        job.index, "stop", count, None, token_ids=tuple(received), matched=check.matched
+                        job.index,
+                        "stop",
+                        count,
+                        None,
+                        token_ids=tuple(received),
+                        matched=check.matched,
+                        prompt_logprobs=prompt,
                     )
                     return
             if chunk.finish_reason != verifier_pb2.FINISH_REASON_UNSPECIFIED:
                 tail = stops.flush()
                 if tail or pending:
                     yield delta(tail, tuple(pending))
-                yield _choice_end(job, chunk, count, tuple(received))
+                yield _choice_end(job, chunk, count, tuple(received), prompt)
                 return
     raise verifier_unavailable("the generation stream ended without a finish reason")
 
@@ -155,7 +175,7 @@ async def run_choice(
 def _prompt_entries(
     request: verifier_pb2.GenerateRequest, chunk: verifier_pb2.GenerateChunk
 ) -> tuple[TokenLogprob, ...]:
-    """The echoed prompt's log-probabilities, when asked for: none for its first token."""
+    """The prompt's log-probabilities, when asked for: none for its first token."""
     if not request.sampling.HasField("prompt_logprobs"):
         return ()
     ids = request.prompt_token_ids
@@ -163,10 +183,26 @@ def _prompt_entries(
     return (TokenLogprob(ids[0], None, ()), *rest)
 
 
+def _echo_entries(
+    request: verifier_pb2.GenerateRequest, entries: tuple[TokenLogprob, ...]
+) -> tuple[TokenLogprob, ...]:
+    """The echoed prompt's entries, with as many alternatives as the output's (`logprobs`; the
+    verifier sent as many as the larger of that and vLLM's `prompt_logprobs`)."""
+    if not request.sampling.HasField("logprobs"):
+        return ()
+    k = request.sampling.logprobs
+    return tuple(TokenLogprob(e.token_id, e.logprob, e.top[:k], e.rank) for e in entries)
+
+
 def _choice_end(
-    job: ChoiceJob, chunk: verifier_pb2.GenerateChunk, count: int, token_ids: tuple[int, ...]
+    job: ChoiceJob,
+    chunk: verifier_pb2.GenerateChunk,
+    count: int,
+    token_ids: tuple[int, ...],
+    prompt: tuple[TokenLogprob, ...],
 ) -> ChoiceEnd:
-    """`token_ids`: the tokens received after the last delta."""
+    """`token_ids`: the tokens received after the last delta; `prompt`: vLLM's prompt log-probabilities
+    where no delta took them."""
     reason = _FINISH_REASONS.get(chunk.finish_reason)
     if reason is None:
         raise verifier_unavailable("the request was aborted (the model server is shutting down)")
@@ -175,4 +211,4 @@ def _choice_end(
     spec = SpecFigures.from_proto(chunk.speculation) if chunk.HasField("speculation") else None
     last = chunk.token_ids[-1] if chunk.token_ids else None
     matched = last if reason == "stop" and last in job.end_token_ids else None
-    return ChoiceEnd(job.index, reason, completion_tokens, spec, cached, token_ids, matched)
+    return ChoiceEnd(job.index, reason, completion_tokens, spec, cached, token_ids, matched, prompt)

@@ -7,7 +7,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from treespec.gateway.generation import TokenLogprob
-from treespec.gateway.responses import ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, TopLogprob
+from treespec.gateway.responses import (
+    ChatLogprobs,
+    ChatTokenLogprob,
+    CompletionLogprobs,
+    PromptLogprob,
+    PromptLogprobs,
+    TopLogprob,
+)
 from treespec.gateway.token_text import TokenTexts
 
 FLOOR = -9999.0  # JSON has no -inf: a log-probability below this is reported as this (vLLM's floor)
@@ -61,3 +68,21 @@ class LogprobFormat:
             ],
             text_offset=offsets,
         )
+
+    def prompt(self, entries: Sequence[TokenLogprob]) -> PromptLogprobs:
+        """vLLM's `prompt_logprobs`: per prompt token, None for the first, else its own entry first (with
+        its rank in the vocabulary), then the most likely alternatives (ranks 1, 2, ...), by token id."""
+        out: PromptLogprobs = []
+        for entry in entries:
+            if entry.logprob is None:
+                out.append(None)
+                continue
+            own = self._prompt_entry(entry.token_id, entry.logprob, entry.rank or None)
+            found = {str(entry.token_id): own}
+            for rank, (token_id, logprob) in enumerate(entry.top, start=1):
+                found.setdefault(str(token_id), self._prompt_entry(token_id, logprob, rank))
+            out.append(found)
+        return out
+
+    def _prompt_entry(self, token_id: int, logprob: float, rank: int | None) -> PromptLogprob:
+        return PromptLogprob(logprob=_value(logprob), rank=rank, decoded_token=self.name(token_id))

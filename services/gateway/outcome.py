@@ -23,10 +23,13 @@ class Outcome:
         self._texts: list[list[str]] = [[] for _ in range(num_choices)]
         self._token_ids: list[list[int]] = [[] for _ in range(num_choices)]
         self._logprobs: list[list[tuple[TokenLogprob, int]]] = [[] for _ in range(num_choices)]
+        self._prompt_logprobs: dict[int, tuple[TokenLogprob, ...]] = {}
         self._ends: dict[int, ChoiceEnd] = {}
 
     def add(self, event: Event) -> None:
         self._token_ids[event.index].extend(event.token_ids)
+        if event.prompt_logprobs:
+            self._prompt_logprobs[event.index] = event.prompt_logprobs
         if isinstance(event, TextDelta):
             self._logprobs[event.index].extend((entry, event.offset) for entry in event.logprobs)
             self._texts[event.index].append(event.text)
@@ -39,6 +42,10 @@ class Outcome:
     def logprobs(self, index: int) -> list[tuple[TokenLogprob, int]]:
         """Each output token's log-probabilities, with the offset in the text where its delta starts."""
         return self._logprobs[index]
+
+    def prompt_logprobs(self, index: int) -> tuple[TokenLogprob, ...]:
+        """vLLM's prompt log-probabilities of choice `index`'s prompt, when the request asked for them."""
+        return self._prompt_logprobs.get(index, ())
 
     def finish_reason(self, index: int) -> str:
         return self._ends[index].finish_reason

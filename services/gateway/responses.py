@@ -61,6 +61,19 @@ class ChatLogprobs(BaseModel):
     refusal: None = None
 
 
+class PromptLogprob(BaseModel):
+    """vLLM's entry for a prompt token or one of its alternatives."""
+
+    logprob: float
+    rank: int | None  # in the vocabulary, 1: the most likely (None: unknown)
+    decoded_token: str
+
+
+# vLLM's prompt_logprobs: per prompt token (None for the first), token id -> its entry; the prompt's
+# own token and the most likely alternatives.
+PromptLogprobs = list[dict[str, PromptLogprob] | None]
+
+
 class CompletionLogprobs(BaseModel):
     tokens: list[str]
     token_logprobs: list[float | None]  # None: an echoed prompt's first token
@@ -94,6 +107,7 @@ class ChatCompletion(BaseModel):
     usage: Usage
     system_fingerprint: None = None
     meta_info: MetaInfo | None = None
+    prompt_logprobs: PromptLogprobs | None = None  # vLLM's, when asked for
 
 
 class ChatChunkChoice(BaseModel):
@@ -119,6 +133,7 @@ class CompletionChoice(BaseModel):
     text: str
     logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
+    prompt_logprobs: PromptLogprobs | None = None  # vLLM's, when asked for (not streamed)
 
 
 class Completion(BaseModel):

@@ -92,6 +92,7 @@ def choice_jobs(
                 body.min_tokens or 0,
                 include_stop_str=body.include_stop_str_in_output,
                 skip_special_tokens=body.skip_special_tokens,
+                prompt_logprobs=body.prompt_logprobs is not None,
             )
             jobs.append(job)
     return jobs

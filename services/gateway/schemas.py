@@ -114,6 +114,7 @@ class SamplingFields(BaseModel):
     return_tokens_as_token_ids: bool = False  # vLLM's: log-probabilities name tokens "token_id:N"
     # vLLM's: keep only the prompt's last N tokens (-1: as many as leave room for one new token).
     truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=MAX_TOKENS_LIMIT)
+    prompt_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)  # vLLM's
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     logit_bias: dict[str, float] | None = Field(default=None, max_length=MAX_LOGIT_BIAS)
@@ -150,6 +151,11 @@ class SamplingFields(BaseModel):
         if self.stream_options is not None and not self.stream:
             raise PydanticCustomError(
                 "stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled."
+            )
+        if self.prompt_logprobs is not None and self.stream:
+            raise PydanticCustomError(
+                "prompt_logprobs",
+                "'prompt_logprobs' are not available when 'stream' is enabled (as in vLLM).",
             )
         return self
 
@@ -226,8 +232,8 @@ class SamplingFields(BaseModel):
 
     @property
     def prompt_logprob_count(self) -> int | None:
-        """The same for the prompt's tokens (completions' `echo` with `logprobs`)."""
-        return None
+        """The same for the prompt's tokens (vLLM's `prompt_logprobs`; completions' `echo`)."""
+        return self.prompt_logprobs
 
     @property
     def stop_strings(self) -> tuple[str, ...]:
@@ -441,7 +447,8 @@ class CompletionRequest(SamplingFields):
 
     @property
     def prompt_logprob_count(self) -> int | None:
-        return self.logprobs if self.echo else None
+        counts = [c for c in (self.logprobs if self.echo else None, self.prompt_logprobs) if c is not None]
+        return max(counts, default=None)
 
     @field_validator("prompt")
     @classmethod

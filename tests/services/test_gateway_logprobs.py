@@ -210,3 +210,50 @@ def test_return_tokens_as_token_ids_names_each_token_by_its_id(
     assert [text_of(t) for t in lp.tokens] == text.tokens
     assert lp.text_offset == text.text_offset and lp.token_logprobs == text.token_logprobs
     assert [{text_of(k): v for k, v in top.items()} for top in lp.top_logprobs] == text.top_logprobs
+
+
+def test_vllm_prompt_logprobs_score_the_prompt_with_ranks(
+    client: openai.OpenAI, tokenizer: PromptTokenizer, model_path: Path
+) -> None:
+    """vLLM's `prompt_logprobs`: per prompt token (None for the first) the token's own entry, with its
+    rank in the vocabulary, then the most likely alternatives; on a completion's choice, or at the top
+    of a chat completion. Echo keeps its own number of alternatives."""
+    prompt = "The capital of France is"
+    ids = tokenizer.text_prompt(prompt)
+    reply = client.completions.create(
+        model=MODEL,
+        prompt=prompt,
+        max_tokens=1,
+        temperature=0,
+        logprobs=1,
+        echo=True,
+        extra_body={"prompt_logprobs": 3},
+    )
+    choice = reply.choices[0]
+    scored: list[Any] = (choice.model_extra or {})["prompt_logprobs"]
+    assert len(scored) == len(ids) and scored[0] is None
+    hf = transformers.AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    with torch.no_grad():
+        rows = torch.log_softmax(hf(torch.tensor([ids])).logits[0, :-1].float(), dim=-1)
+    for token, entry, row in zip(ids[1:], scored[1:], rows, strict=True):
+        own = entry[str(token)]
+        assert own["logprob"] == pytest.approx(float(row[token]), abs=2e-3)
+        assert own["rank"] == int((row > row[token]).sum()) + 1
+        assert own["decoded_token"] == tokenizer.decode([token])
+        # the three most likely, and the prompt's token where it is not one of them
+        assert sorted(e["rank"] for e in entry.values()) == sorted({1, 2, 3, own["rank"]})
+    lp = choice.logprobs
+    assert lp is not None and lp.top_logprobs is not None
+    assert all(top is None or len(top) == 1 for top in lp.top_logprobs)  # echo: its own `logprobs`
+    chat = client.chat.completions.create(
+        model=MODEL, messages=HI, max_tokens=2, temperature=0, n=2, extra_body={"prompt_logprobs": 0}
+    )
+    chat_scored: list[Any] = (chat.model_extra or {})["prompt_logprobs"]
+    assert chat.usage is not None and len(chat_scored) == chat.usage.prompt_tokens
+    assert chat_scored[0] is None and all(len(entry) == 1 for entry in chat_scored[1:])
+    plain = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=2)
+    assert (plain.model_extra or {}).get("prompt_logprobs") is None
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(
+            model=MODEL, messages=HI, max_tokens=2, stream=True, extra_body={"prompt_logprobs": 1}
+        )

@@ -45,6 +45,9 @@ async def chat_completions(
         logprobs = lp_format if body.logprobs else None
         return event_stream(_stream(run, events, usage, logprobs, replies, body.echoed))
     outcome = await cancel_on_disconnect(request, run.collect())
+    prompt_logprobs = None  # vLLM's: one prompt, the same for every choice
+    if body.prompt_logprobs is not None:
+        prompt_logprobs = lp_format.prompt(outcome.prompt_logprobs(0))
     response = ChatCompletion(
         id=run.id,
         created=run.created,
@@ -62,6 +65,7 @@ async def chat_completions(
         ],
         usage=outcome.usage,
         meta_info=outcome.meta_info,
+        prompt_logprobs=prompt_logprobs,
     )
     return JSONResponse(response.model_dump(mode="json"))
 

@@ -14,7 +14,13 @@ from treespec.gateway.errors import APIError
 from treespec.gateway.generation import Event, TextDelta
 from treespec.gateway.logprob_format import LogprobFormat
 from treespec.gateway.outcome import meta_info
-from treespec.gateway.responses import Completion, CompletionChoice, CompletionLogprobs, MetaInfo
+from treespec.gateway.responses import (
+    Completion,
+    CompletionChoice,
+    CompletionLogprobs,
+    MetaInfo,
+    PromptLogprobs,
+)
 from treespec.gateway.run import GenerationRun
 from treespec.gateway.schemas import CompletionRequest
 from treespec.gateway.sse import DONE, StreamUsage, event_stream, primed, sse_chunk, sse_error
@@ -47,6 +53,11 @@ async def completions(
         entries = outcome.logprobs(index)
         return lp_format.completion([e for e, _ in entries], [offset for _, offset in entries])
 
+    def prompt_logprobs(index: int) -> PromptLogprobs | None:
+        if body.prompt_logprobs is None:
+            return None
+        return lp_format.prompt(outcome.prompt_logprobs(index))
+
     response = Completion(
         id=run.id,
         created=run.created,
@@ -57,6 +68,7 @@ async def completions(
                 text=outcome.text(job.index),
                 logprobs=logprobs(job.index),
                 finish_reason=outcome.finish_reason(job.index),
+                prompt_logprobs=prompt_logprobs(job.index),
             )
             for job in run.jobs
         ],

@@ -139,8 +139,10 @@ def generate_chunk(
 
 def token_logprob_messages(logprobs: TokenLogprobs) -> list[pb.TokenLogprob]:
     return [
-        pb.TokenLogprob(logprob=lp, top_token_ids=ids, top_logprobs=top)
-        for lp, ids, top in zip(logprobs.chosen, logprobs.top_ids, logprobs.top_logprobs, strict=True)
+        pb.TokenLogprob(logprob=lp, top_token_ids=ids, top_logprobs=top, rank=rank)
+        for lp, ids, top, rank in zip(
+            logprobs.chosen, logprobs.top_ids, logprobs.top_logprobs, logprobs.ranks, strict=True
+        )
     ]
 
 
