@@ -358,11 +358,11 @@ class Engine:
         self._drafter_call("close", state.request_id)
 
     def _node_cost_model(self) -> OnlineVerifyCost | FixedNodeCost:
-        """The configured costs, or (with a drafter) ones measured now, while the pool is free, and
-        refined from the decode steps to come."""
+        """The configured costs, or (where anything drafts: a drafter, or requests' predicted outputs)
+        ones measured now, while the pool is free, and refined from the decode steps to come."""
         if self.config.node_cost is not None:
             return FixedNodeCost(self.config.node_cost, self.config.tree_cost)
-        if self.drafter is None:
+        if self.drafter is None and self.config.prediction_draft_tokens <= 1:
             return FixedNodeCost(0.0)
         nodes = max(self.config.speculation.num_draft_tokens, SpeculationParams().num_draft_tokens)
         cost = self.measure_verify_cost(nodes)

@@ -98,6 +98,10 @@ def test_the_engine_measures_the_cost_and_scales_it_by_the_batch(
     assert (measured.node_cost(2), measured.tree_cost(2)) in sent
 
 
-def test_without_a_drafter_nothing_is_measured(tiny_path: Path, tiny_model: CausalLM) -> None:
-    engine = Engine(EngineConfig(model_path=tiny_path, max_total_tokens=512), None, tiny_model)
-    assert not isinstance(engine.verify_cost, VerifyCost)
+def test_without_anything_that_drafts_nothing_is_measured(tiny_path: Path, tiny_model: CausalLM) -> None:
+    """No drafter and predicted outputs off: nothing is measured. Requests' predictions draft even
+    without a drafter, so with them on the costs are measured as for a drafter."""
+    config = EngineConfig(model_path=tiny_path, max_total_tokens=512, prediction_draft_tokens=1)
+    assert not isinstance(Engine(config, None, tiny_model).verify_cost, VerifyCost)
+    predicting = Engine(EngineConfig(model_path=tiny_path, max_total_tokens=512), None, tiny_model)
+    assert isinstance(predicting.verify_cost, VerifyCost) and predicting.verify_cost.step_s > 0.0
