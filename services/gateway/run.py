@@ -15,7 +15,7 @@ from treespec.gateway.generation import ChoiceEnd, ChoiceJob, Event, run_choice
 from treespec.gateway.observation import Observation
 from treespec.gateway.outcome import Outcome
 from treespec.gateway.responses import MetaInfo, Usage
-from treespec.gateway.sampling import check_prompt, check_token_ids, choice_jobs, truncated
+from treespec.gateway.sampling import check_min_tokens, check_prompt, check_token_ids, choice_jobs, truncated
 from treespec.gateway.schemas import SamplingFields
 from treespec.gateway.sse import StreamUsage
 from treespec.gateway.state import GatewayState
@@ -55,6 +55,8 @@ class GenerationRun:
         for prompt_ids in prompts:
             check_prompt(prompt_ids, info, prompt_param)
         check_token_ids(body.allowed_token_ids or (), info, "allowed_token_ids")
+        check_token_ids([int(t) for t in body.logit_bias or {}], info, "logit_bias")
+        check_min_tokens(body.min_tokens, token_limit)
         bad_words = bad_word_sequences(state.tokenizer, body.bad_words or ())
         # The response's id holds the client's request_id where it gave one (vLLM's); the verifier's
         # request ids stay unique, whatever the client sends.

@@ -51,6 +51,13 @@ def check_token_ids(token_ids: Sequence[int], info: ModelInfo, param: str) -> No
         raise APIError(400, message, code="invalid_value", param=param)
 
 
+def check_min_tokens(min_tokens: int | None, token_limit: int | None) -> None:
+    """vLLM's min_tokens may not exceed the request's token limit."""
+    if min_tokens and token_limit is not None and min_tokens > token_limit:
+        message = f"min_tokens ({min_tokens}) must be at most the token limit ({token_limit})."
+        raise APIError(400, message, code="invalid_value", param="min_tokens")
+
+
 def choice_jobs(
     body: SamplingFields,
     prompts: Sequence[list[int]],

@@ -92,6 +92,12 @@ DONE_CASES: dict[str, tuple[str, dict[str, Any], int]] = {
     "repetition penalty 0": (CHAT, {"json": chat_body(repetition_penalty=0)}, 400),
     "logit bias on a token beyond the vocabulary": (CHAT, {"json": chat_body(logit_bias={"999999": 1})}, 400),
     "logit bias beyond 100": (CHAT, {"json": chat_body(logit_bias={"5": 101})}, 400),
+    "min_tokens beyond max_tokens": (CHAT, {"json": chat_body(min_tokens=5, max_tokens=2)}, 400),
+    "min_tokens beyond a completion's default max_tokens": (
+        "/v1/completions",
+        {"json": {"model": MODEL, "prompt": "hi", "min_tokens": 17}},
+        400,
+    ),
     "stream_options without stream": (CHAT, {"json": chat_body(stream_options={"include_usage": True})}, 400),
     "speculation num_steps=0": (CHAT, {"json": chat_body(speculation={"num_steps": 0})}, 400),
     "speculation unknown key": (CHAT, {"json": chat_body(speculation={"depth": 3})}, 400),
@@ -161,6 +167,16 @@ def test_bad_requests_get_openai_errors(http: httpx.Client, name: str) -> None:
         assert error["code"] == "context_length_exceeded"
     if name == "unknown model":
         assert error["code"] == "model_not_found"
+    if name in NAMED_PARAMS:
+        assert error["param"] == NAMED_PARAMS[name]
+
+
+# Cases whose error names the field at fault (checked beside the others in DONE_CASES).
+NAMED_PARAMS = {
+    "logit bias on a token beyond the vocabulary": "logit_bias",
+    "min_tokens beyond max_tokens": "min_tokens",
+    "min_tokens beyond a completion's default max_tokens": "min_tokens",
+}
 
 
 def _with_escapes(body: dict[str, Any]) -> dict[str, Any]:
