@@ -16,7 +16,18 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from treespec.gateway.errors import APIError
 
 OPEN_PATHS = frozenset(
-    {"/health", "/metrics", "/version", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}
+    {
+        "/health",
+        "/health_generate",
+        "/ping",
+        "/metrics",
+        "/version",
+        "/load",
+        "/docs",
+        "/docs/oauth2-redirect",
+        "/redoc",
+        "/openapi.json",
+    }
 )
 
 

@@ -52,6 +52,15 @@ def test_models(client: openai.OpenAI) -> None:
     assert model.id == MODEL and model.object == "model"
 
 
+def test_health_checks_and_load_are_open(url: str) -> None:
+    """vLLM's /ping (GET or POST) answers as /health; SGLang's /health_generate generates a token end
+    to end; vLLM's /load counts the requests in flight; none needs the API key."""
+    assert httpx.get(f"{url}/ping").json() == httpx.post(f"{url}/ping").json() == {"status": "ok"}
+    assert httpx.get(f"{url}/health_generate", timeout=60).json() == {"status": "ok"}
+    load = httpx.get(f"{url}/load")
+    assert load.status_code == 200 and load.json()["server_load"] >= 0
+
+
 def test_version_is_open(url: str) -> None:
     """vLLM's GET /version: the installed treespec's version, without an API key."""
     got = httpx.get(f"{url}/version")
@@ -323,6 +332,8 @@ def test_503_when_the_verifier_is_down(model_path: Path, tmp_path: Path) -> None
     try:
         url = f"http://127.0.0.1:{port}"
         assert httpx.get(f"{url}/health").status_code == 503
+        for check in (httpx.get(f"{url}/ping"), httpx.get(f"{url}/health_generate")):
+            assert check.status_code == 503 and check.json()["error"]["code"]
         dead = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=60)
         with pytest.raises(openai.APIStatusError) as caught:
             dead.chat.completions.create(model=MODEL, messages=HI, max_tokens=2)
