@@ -34,6 +34,7 @@ async def start_chat(
         body.template_kwargs,
         body.continue_final_message,
         body.documents,
+        bool(body.add_special_tokens),
     )
     reasoning, grammar_after = _reasoning(state, body, prompt)
     prediction = await _prediction(state, body)

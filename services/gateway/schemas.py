@@ -6,7 +6,7 @@ refused as unsupported. Tools are called with a named function or "required" (to
 "auto" where the gateway has a tool-call parser (auto_tool_calls.py); OpenAI's deprecated `functions`
 and `function_call` are read as the tools and tool choice they stand for (function_calls.py gives
 their calls back in the legacy shape).
-Structured output: OpenAI's `response_format` (json_object, json_schema), vLLM's guided_json,
+Structured output (structured_outputs.py): OpenAI's `response_format`, vLLM's guided_json,
 guided_regex, guided_choice and guided_grammar, and vLLM's newer `structured_outputs`, one at a
 time. Extensions after vLLM and SGLang: top_k, min_p, repetition_penalty, min_tokens, ignore_eos,
 stop_token_ids, include_stop_str_in_output, skip_special_tokens, return_tokens_as_token_ids,
@@ -24,7 +24,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     Field,
     ValidationInfo,
     field_validator,
@@ -38,7 +37,6 @@ from treespec.gateway.prediction import Prediction
 from treespec.gateway.prompt_ending import PromptEndingFields
 from treespec.gateway.request_options import (
     ReasoningEffort,
-    ResponseFormat,
     SpeculationOptions,
     StreamOptions,
 )
@@ -51,7 +49,7 @@ from treespec.gateway.schema_types import (
     null_is_default,
     unsupported,
 )
-from treespec.gateway.structured_outputs import MAX_GUIDED_CHOICES, Constraint, StructuredOutputs
+from treespec.gateway.structured_outputs import Constraint, ConstraintFields
 from treespec.gateway.tool_calls import ANY_OBJECT, ToolCallMode
 from treespec.gateway.tool_schemas import (
     MAX_TOOLS,
@@ -86,8 +84,8 @@ ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
 _LEGACY_TOOL_FIELDS = {"functions": "tools", "function_call": "tool_choice"}
 
 
-class SamplingFields(BaseModel):
-    """Fields common to both endpoints."""
+class SamplingFields(ConstraintFields):
+    """Fields common to both endpoints (structured output's: structured_outputs.py)."""
 
     model_config = STRICT
     model: str = Field(min_length=1)
@@ -128,13 +126,6 @@ class SamplingFields(BaseModel):
     priority: int = Field(default=0, ge=INT32_MIN, le=INT32_MAX)
     # vLLM's: cached state (prefix cache, the n-gram memory) shared only with requests of the same salt.
     cache_salt: UnicodeText | None = Field(default=None, min_length=1, max_length=MAX_CACHE_SALT_CHARS)
-    # Structured output: OpenAI's, and vLLM's guided decoding (at most one of them).
-    response_format: ResponseFormat | None = None
-    guided_json: dict[str, Any] | UnicodeText | None = None
-    guided_regex: UnicodeText | None = Field(default=None, min_length=1)
-    guided_choice: list[UnicodeText] | None = Field(default=None, min_length=1, max_length=MAX_GUIDED_CHOICES)
-    guided_grammar: UnicodeText | None = Field(default=None, min_length=1)
-    structured_outputs: StructuredOutputs | None = None  # vLLM's newer form of the guided fields
     _defaults_for_null = field_validator(
         "n",
         "priority",
@@ -158,48 +149,6 @@ class SamplingFields(BaseModel):
                 "'prompt_logprobs' are not available when 'stream' is enabled (as in vLLM).",
             )
         return self
-
-    @model_validator(mode="after")
-    def _one_constraint(self) -> SamplingFields:
-        given = [name for name, _ in self._constraints()]
-        if len(given) > 1:
-            raise PydanticCustomError(
-                "invalid_value",
-                "only one of {names} may be given",
-                {"names": ", ".join(f"'{n}'" for n in given)},
-            )
-        if self.guided_choice is not None and not all(self.guided_choice):
-            raise PydanticCustomError("invalid_value", "'guided_choice' must not hold an empty string")
-        return self
-
-    def _constraints(self) -> list[tuple[str, Constraint]]:
-        """(field name, constraint) for each structured-output field that asks for one."""
-        found: list[tuple[str, Constraint]] = []
-        fmt = self.response_format
-        if fmt is not None and fmt.json_schema is not None:
-            schema = fmt.json_schema.schema_
-            found.append(
-                ("response_format", ("json_object", True) if schema is None else ("json_schema", schema))
-            )
-        elif fmt is not None and fmt.type == "json_object":
-            found.append(("response_format", ("json_object", True)))
-        if self.guided_json is not None:
-            found.append(("guided_json", ("json_schema", self.guided_json)))
-        if self.guided_regex is not None:
-            found.append(("guided_regex", ("regex", self.guided_regex)))
-        if self.guided_choice is not None:
-            found.append(("guided_choice", ("choice", self.guided_choice)))
-        if self.guided_grammar is not None:
-            found.append(("guided_grammar", ("grammar", self.guided_grammar)))
-        if self.structured_outputs is not None:
-            found.append(("structured_outputs", self.structured_outputs.constraint))
-        return found
-
-    @property
-    def constraint(self) -> Constraint | None:
-        """What the output must match (structured output); None: free text."""
-        found = self._constraints()
-        return found[0][1] if found else None
 
     @field_validator("truncate_prompt_tokens")
     @classmethod
@@ -272,6 +221,8 @@ class ChatCompletionRequest(SamplingFields, PromptEndingFields):
     tool_choice: ToolChoice | None = None
     chat_template_kwargs: TemplateKwargs | None = None  # vLLM's and SGLang's
     documents: TemplateDocuments | None = None  # vLLM's: for a retrieval-augmented chat template
+    # vLLM's: the tokenizer's special tokens (a BOS) on top of what the chat template wrote.
+    add_special_tokens: bool | None = None
     # OpenAI's effort for reasoning models: the chat template's variable `reasoning_effort` (gpt-oss's
     # template reads it; a template that does not ignores it).
     reasoning_effort: ReasoningEffort | None = None

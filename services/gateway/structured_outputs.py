@@ -1,6 +1,8 @@
-"""vLLM's `structured_outputs` object (vLLM 0.10.2 on; it replaces the `guided_*` fields): one of
-`json` (a schema, as a dict or its JSON text), `regex`, `choice`, `grammar` (EBNF) or `json_object`.
-Its switches for vLLM's own backends are accepted at their defaults only."""
+"""Structured output's request fields: OpenAI's `response_format` (json_object, json_schema), vLLM's
+`guided_json`, `guided_regex`, `guided_choice` and `guided_grammar`, and vLLM's `structured_outputs`
+object (vLLM 0.10.2 on; it replaces the guided fields): one of `json` (a schema, as a dict or its JSON
+text), `regex`, `choice`, `grammar` (EBNF) or `json_object`, its switches for vLLM's own backends at
+their defaults only. A request gives one of them at most."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from treespec.gateway.request_options import ResponseFormat
 from treespec.gateway.schema_types import STRICT, UnicodeText, unsupported
 
 # What the output must match: (kind, value), kind a field of the wire's OutputConstraint.
@@ -69,3 +72,57 @@ class StructuredOutputs(BaseModel):
     @property
     def constraint(self) -> Constraint:
         return self._kinds()[0]
+
+
+class ConstraintFields(BaseModel):
+    """The structured-output fields of both endpoints (SamplingFields), one at most."""
+
+    model_config = STRICT
+    response_format: ResponseFormat | None = None
+    guided_json: dict[str, Any] | UnicodeText | None = None
+    guided_regex: UnicodeText | None = Field(default=None, min_length=1)
+    guided_choice: list[UnicodeText] | None = Field(default=None, min_length=1, max_length=MAX_GUIDED_CHOICES)
+    guided_grammar: UnicodeText | None = Field(default=None, min_length=1)
+    structured_outputs: StructuredOutputs | None = None  # vLLM's newer form of the guided fields
+
+    @model_validator(mode="after")
+    def _one_constraint(self) -> ConstraintFields:
+        given = [name for name, _ in self._constraints()]
+        if len(given) > 1:
+            raise PydanticCustomError(
+                "invalid_value",
+                "only one of {names} may be given",
+                {"names": ", ".join(f"'{n}'" for n in given)},
+            )
+        if self.guided_choice is not None and not all(self.guided_choice):
+            raise PydanticCustomError("invalid_value", "'guided_choice' must not hold an empty string")
+        return self
+
+    def _constraints(self) -> list[tuple[str, Constraint]]:
+        """(field name, constraint) for each structured-output field that asks for one."""
+        found: list[tuple[str, Constraint]] = []
+        fmt = self.response_format
+        if fmt is not None and fmt.json_schema is not None:
+            schema = fmt.json_schema.schema_
+            found.append(
+                ("response_format", ("json_object", True) if schema is None else ("json_schema", schema))
+            )
+        elif fmt is not None and fmt.type == "json_object":
+            found.append(("response_format", ("json_object", True)))
+        if self.guided_json is not None:
+            found.append(("guided_json", ("json_schema", self.guided_json)))
+        if self.guided_regex is not None:
+            found.append(("guided_regex", ("regex", self.guided_regex)))
+        if self.guided_choice is not None:
+            found.append(("guided_choice", ("choice", self.guided_choice)))
+        if self.guided_grammar is not None:
+            found.append(("guided_grammar", ("grammar", self.guided_grammar)))
+        if self.structured_outputs is not None:
+            found.append(("structured_outputs", self.structured_outputs.constraint))
+        return found
+
+    @property
+    def constraint(self) -> Constraint | None:
+        """What the output must match (structured output); None: free text."""
+        found = self._constraints()
+        return found[0][1] if found else None

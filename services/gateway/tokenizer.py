@@ -32,12 +32,15 @@ class PromptTokenizer:
         template_kwargs: dict[str, Any] | None = None,
         continue_final_message: bool = False,
         documents: list[dict[str, str]] | None = None,
+        add_special_tokens: bool = False,
     ) -> list[int]:
         """The chat template applied to `messages` (and `tools`, for a template that renders them),
         ending with the assistant's turn opened (unless not `add_generation_prompt`), or inside the
         final message, left open for the model to continue (`continue_final_message`);
         `template_kwargs`: more variables for the template (`chat_template_kwargs`); `documents`: for
-        a retrieval-augmented template (Command R's, Granite's), as vLLM passes them."""
+        a retrieval-augmented template (Command R's, Granite's), as vLLM passes them;
+        `add_special_tokens`: the tokenizer's own special tokens (a BOS) added on top of the
+        template's text (vLLM's; off by default: the template writes them)."""
         template_tools: list[Any] | None = tools
         try:
             text = self._hf.apply_chat_template(
@@ -51,8 +54,7 @@ class PromptTokenizer:
             )
         except (jinja2.TemplateError, ValueError) as exc:
             raise APIError(400, f"The chat template refused the messages: {exc}", param="messages") from exc
-        # The template wrote the special tokens (BOS and all) itself.
-        return list(self._hf.encode(str(text), add_special_tokens=False))
+        return list(self._hf.encode(str(text), add_special_tokens=add_special_tokens))
 
     def text_prompt(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return list(self._hf.encode(text, add_special_tokens=add_special_tokens))

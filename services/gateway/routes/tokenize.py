@@ -27,7 +27,9 @@ class TokenizeRequest(PromptEndingFields):
     model_config = STRICT
     model: str | None = None
     prompt: UnicodeText | None = None
-    add_special_tokens: bool = True
+    # The tokenizer's special tokens (a BOS): by default on a prompt, off on messages (the chat
+    # template writes them), as vLLM's.
+    add_special_tokens: bool | None = None
     messages: list[ChatMessage] | None = Field(default=None, min_length=1)
     tools: list[ToolDef] | None = Field(default=None, max_length=MAX_TOOLS)
     chat_template_kwargs: TemplateKwargs | None = None
@@ -70,10 +72,12 @@ async def tokenize(
             body.chat_template_kwargs,
             body.continue_final_message,
             body.documents,
+            bool(body.add_special_tokens),
         )
     else:
         assert body.prompt is not None
-        ids = await asyncio.to_thread(tokenizer.text_prompt, body.prompt, body.add_special_tokens)
+        special = True if body.add_special_tokens is None else body.add_special_tokens
+        ids = await asyncio.to_thread(tokenizer.text_prompt, body.prompt, special)
     info = await state.verifier.model_info()
     return TokenizeResponse(count=len(ids), max_model_len=info.context_length, tokens=ids)
 

@@ -85,3 +85,31 @@ def test_documents_reach_the_template(thinking_tokenizer: PromptTokenizer) -> No
     assert smol.chat_prompt(messages, documents=documents) == smol.chat_prompt(messages)
     with pytest.raises(ValueError, match="documents"):
         ChatCompletionRequest.model_validate({"model": "m", "messages": messages, "documents": [{"t": 1}]})
+
+
+def test_add_special_tokens_adds_the_tokenizer_s_own(tmp_path: Path) -> None:
+    """vLLM's chat `add_special_tokens`: off by default (the template writes the special tokens);
+    on, the tokenizer's own (here a BOS its post-processor adds) come on top of the template's text."""
+    from tokenizers import Tokenizer
+    from tokenizers.processors import TemplateProcessing
+
+    source = resolve_model_path(None, models_dir())
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(source / name, tmp_path / name)
+    backend = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    bos = ("<|endoftext|>", backend.token_to_id("<|endoftext|>"))
+    backend.post_processor = TemplateProcessing(
+        single="<|endoftext|> $A", pair="<|endoftext|> $A $B", special_tokens=[bos]
+    )
+    backend.save(str(tmp_path / "tokenizer.json"))
+    tokenizer = PromptTokenizer(tmp_path)
+    messages = [{"role": "user", "content": "Hi"}]
+    body = ChatCompletionRequest.model_validate(
+        {"model": "m", "messages": messages, "add_special_tokens": True}
+    )
+    plain = tokenizer.chat_prompt(messages)
+    assert tokenizer.chat_prompt(messages, add_special_tokens=bool(body.add_special_tokens)) == [
+        bos[1],
+        *plain,
+    ]
+    assert plain[0] != bos[1]
