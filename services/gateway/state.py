@@ -12,6 +12,7 @@ from treespec.gateway.auto_tool_calls import AutoToolCalls
 from treespec.gateway.config import GatewayConfig
 from treespec.gateway.errors import APIError
 from treespec.gateway.metrics import GatewayMetrics
+from treespec.gateway.native.aborts import AbortRegistry
 from treespec.gateway.reasoning_parsers import REASONING_PARSERS
 from treespec.gateway.reasoning_parsers.base import ReasoningParser
 from treespec.gateway.responses_api.background import BackgroundResponses
@@ -32,6 +33,7 @@ class GatewayState:
     background: BackgroundResponses  # those being made in the background
     # When the gateway started: the model's `created`, the same in every answer.
     started: int = field(default_factory=lambda: int(time.time()))
+    aborts: AbortRegistry = field(default_factory=AbortRegistry)  # SGLang's /abort_request, by rid
 
     def check_model(self, model: str) -> None:
         if model != self.config.model_name:

@@ -5,8 +5,11 @@ and bad fields a 400 naming them by SGLang's names."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import json
+import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -193,3 +196,63 @@ def test_server_and_model_info_as_sglang_s_tools_read_them(http: httpx.Client) -
         ["LlamaForCausalLM"],
         True,
     )
+
+
+def _load(http: httpx.Client) -> int:
+    return int(http.get("/load").json()["server_load"])
+
+
+def _until_load(http: httpx.Client, done: Callable[[int], bool], what: str) -> None:
+    for _ in range(200):
+        if done(_load(http)):
+            return
+        time.sleep(0.05)
+    raise AssertionError(what)
+
+
+def _started(http: httpx.Client) -> None:
+    _until_load(http, lambda n: n > 0, "the generation never started")
+
+
+def _freed(http: httpx.Client) -> None:
+    """The verifier gives the aborted requests up as its next step begins."""
+    _until_load(http, lambda n: n == 0, "the verifier kept the aborted requests")
+
+
+def test_abort_request_stops_a_generation_by_its_rid(http: httpx.Client) -> None:
+    """SGLang's /abort_request: the generation ends at once with an abort finish reason and what it
+    had made, and the verifier frees the request; an unknown rid is no error."""
+    long = {"max_new_tokens": 2000, "ignore_eos": True, "temperature": 0}
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(_generate, http, text=COUNTING, sampling_params=long, rid="long-1")
+        _started(http)
+        assert http.post("/abort_request", json={"rid": "long-1"}).status_code == 200
+        out = pending.result(timeout=60)
+    meta = out["meta_info"]
+    assert meta["finish_reason"]["type"] == "abort" and meta["id"] == "long-1"
+    assert 0 < meta["completion_tokens"] < 2000 and len(out["output_ids"]) == meta["completion_tokens"]
+    _freed(http)
+    assert http.post("/abort_request", json={"rid": "nothing-runs"}).status_code == 200
+    assert http.post("/abort_request", json={"rid": 3}).status_code == 400
+
+
+def test_abort_all_stops_streams_too(http: httpx.Client) -> None:
+    long = {"max_new_tokens": 2000, "ignore_eos": True}
+
+    def stream(rid: str) -> list[Any]:
+        body = {"text": COUNTING, "sampling_params": long, "rid": rid, "stream": True}
+        with http.stream("POST", "/generate", json=body) as response:
+            lines = [line[len("data: ") :] for line in response.iter_lines() if line.startswith("data: ")]
+        assert lines[-1] == "[DONE]"
+        return [json.loads(line) for line in lines[:-1]]
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        pending = [pool.submit(stream, f"s-{i}") for i in range(2)]
+        _started(http)
+        time.sleep(0.3)
+        assert http.post("/abort_request", json={"abort_all": True}).status_code == 200
+        events = [p.result(timeout=60) for p in pending]
+    for got in events:
+        assert got[-1]["meta_info"]["finish_reason"]["type"] == "abort"
+        assert all(e["meta_info"]["finish_reason"] is None for e in got[:-1])
+    _freed(http)

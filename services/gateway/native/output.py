@@ -46,6 +46,7 @@ class NativeOutput:
     entries: list[TokenLogprob] = field(default_factory=list)
     completion_tokens: int = 0
     end: ChoiceEnd | None = None
+    aborted: bool = False  # stopped by /abort_request before its end
     started: float = field(default_factory=time.perf_counter)
 
     def add(self, event: Event) -> None:
@@ -82,7 +83,7 @@ class NativeOutput:
 
     def _finish_reason(self) -> dict[str, Any] | None:
         if self.end is None:
-            return None
+            return {"type": "abort", "message": "aborted by /abort_request"} if self.aborted else None
         if self.end.finish_reason == "length":
             return {"type": "length", "length": self.end.completion_tokens}
         return {"type": "stop", "matched": self.end.matched}

@@ -167,3 +167,11 @@ class NativeCompletion(CompletionRequest):
     @property
     def prompt_logprob_count(self) -> int | None:
         return self.logprobs if self.input_logprobs else None
+
+
+class AbortRequest(BaseModel):
+    """SGLang's /abort_request body: a request's `rid`, or `abort_all`."""
+
+    model_config = STRICT
+    rid: str = ""
+    abort_all: bool = False

@@ -20,7 +20,7 @@ from treespec.gateway.errors import APIError
 from treespec.gateway.fanout import merge
 from treespec.gateway.generation import Event, TextDelta
 from treespec.gateway.native.output import NativeLogprobs, NativeOutput
-from treespec.gateway.native.request import NativeGenerateRequest, PromptGroup
+from treespec.gateway.native.request import AbortRequest, NativeGenerateRequest, PromptGroup
 from treespec.gateway.run import GenerationRun
 from treespec.gateway.sse import DONE, event_stream, primed, sse_error
 from treespec.gateway.state import GatewayState, gateway_state
@@ -42,12 +42,29 @@ async def generate(
     several = body.batch or len(outputs) > 1
     offsets = itertools.accumulate((len(run.jobs) for run in runs[:-1]), initial=0)
     merged = merge([_shifted(run.events(), offset) for run, offset in zip(runs, offsets, strict=True)])
+    watched = state.aborts.watch(merged, sorted({output.rid for output in outputs}))
     if body.stream:
-        events = await cancel_on_disconnect(request, primed(merged))
+        events = await cancel_on_disconnect(request, primed(watched))
         return event_stream(_stream(events, outputs, logprobs, start_len, several))
-    await cancel_on_disconnect(request, _collect(merged, outputs))
-    bodies = [output.body(logprobs, start_len) for output in outputs]
+    await cancel_on_disconnect(request, _collect(watched, outputs))
+    bodies = [output.body(logprobs, start_len) for output in _aborted_or_all(outputs)]
     return JSONResponse(bodies if several else bodies[0])
+
+
+@router.post("/abort_request")
+async def abort_request(
+    body: AbortRequest, state: Annotated[GatewayState, Depends(gateway_state)]
+) -> Response:
+    """SGLang's: stop the generations of `rid` (every one with `abort_all`); 200 whether or not one runs."""
+    state.aborts.abort(body.rid, body.abort_all)
+    return Response(status_code=200)
+
+
+def _aborted_or_all(outputs: list[NativeOutput]) -> list[NativeOutput]:
+    """The outputs, those left without an end (their events stopped by an abort) marked aborted."""
+    for output in outputs:
+        output.aborted = output.end is None
+    return outputs
 
 
 async def _start(
@@ -112,6 +129,12 @@ async def _stream(
             yield format_sse_event(data_str=json.dumps(body))
     except APIError as error:
         yield sse_error(error)
+        yield DONE
+        return
     finally:
         await events.aclose()
+    for output in outputs:  # the events ended: any output still open was aborted
+        if output.end is None:
+            output.aborted = True
+            yield format_sse_event(data_str=json.dumps(output.body(logprobs, start_len, index=several)))
     yield DONE
