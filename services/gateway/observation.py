@@ -7,6 +7,7 @@ to the verifier are its children, so the trace continues there.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 
@@ -59,6 +60,7 @@ class Observation:
             self._failed(exc)
             raise
         else:
+            await asyncio.to_thread(outcome.settle)
             self._succeeded(outcome)
         finally:
             self.span.end()

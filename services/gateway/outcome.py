@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from treespec.gateway.generation import ChoiceEnd, Event, SpecFigures, TextDelta, TokenLogprob
-from treespec.gateway.prediction import prediction_details
+from treespec.gateway.prediction import CompletionTokensDetails, prediction_details
 from treespec.gateway.responses import MetaInfo, Usage
 
 
@@ -24,6 +24,7 @@ class Outcome:
         self._token_ids: list[list[int]] = [[] for _ in range(num_choices)]
         self._logprobs: list[list[tuple[TokenLogprob, int]]] = [[] for _ in range(num_choices)]
         self._prompt_logprobs: dict[int, tuple[TokenLogprob, ...]] = {}
+        self._details: CompletionTokensDetails | None = None  # the prediction's, once settled
         self._ends: dict[int, ChoiceEnd] = {}
 
     def add(self, event: Event) -> None:
@@ -69,8 +70,15 @@ class Outcome:
 
     @property
     def usage(self) -> Usage:
-        details = prediction_details(self.prediction, self._token_ids) if self.prediction else None
-        return Usage.of(self.prompt_tokens, self.completion_tokens, self.cached_tokens, details)
+        if self.prediction and self._details is None:
+            self.settle()
+        return Usage.of(self.prompt_tokens, self.completion_tokens, self.cached_tokens, self._details)
+
+    def settle(self) -> None:
+        """Count the prediction's tokens the outputs used (the usage's details): once, when they are
+        complete (Observation does it off the event loop)."""
+        if self.prediction:
+            self._details = prediction_details(self.prediction, self._token_ids)
 
     @property
     def spec(self) -> SpecFigures | None:

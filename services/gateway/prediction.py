@@ -5,6 +5,10 @@ tokenizes it and the verifier drafts from it (services/verifier/prediction.py), 
 the output: only how fast it comes. The usage then says how much of the prediction the reply used,
 as OpenAI's does: `accepted_prediction_tokens` are the prediction's tokens that appear in the reply
 (in order: the matching blocks of the two token sequences), `rejected_prediction_tokens` the rest.
+Matching costs up to the product of the two lengths where tokens repeat (whitespace, a repeated
+line): the gateway does it once per response, off its event loop, and on long pairs lets difflib
+treat the output's most frequent tokens as junk (they join blocks only at their ends), which bounds
+the work.
 """
 
 from __future__ import annotations
@@ -47,7 +51,11 @@ def prediction_details(
     )
 
 
+EXACT_MATCH_WORK = 1 << 22  # prediction x output lengths up to which every token is matched exactly
+
+
 def _used(prediction: Sequence[int], output: Sequence[int]) -> int:
     """How many of the prediction's tokens the output holds, in the prediction's order."""
-    matcher = difflib.SequenceMatcher(None, list(prediction), list(output), autojunk=False)
+    exact = len(prediction) * len(output) <= EXACT_MATCH_WORK
+    matcher = difflib.SequenceMatcher(None, list(prediction), list(output), autojunk=not exact)
     return sum(block.size for block in matcher.get_matching_blocks())
