@@ -1,7 +1,8 @@
 """The gateway's Prometheus metrics, in the app's own registry (exposed at /metrics).
 
 Per request: status by endpoint, time to first token, time per output token, end-to-end latency,
-tokens in and out; per choice: the speculation figures the verifier reported.
+tokens in and out, and a predicted output's tokens the reply used or not; per choice: the
+speculation figures the verifier reported.
 """
 
 from __future__ import annotations
@@ -59,6 +60,12 @@ class GatewayMetrics:
         )
         self.spec_drafted_tokens = Counter(
             f"{PREFIX}_spec_drafted_tokens", "Draft tokens proposed", registry=registry
+        )
+        self.prediction_tokens = Counter(
+            f"{PREFIX}_prediction_tokens",
+            "Predicted outputs' tokens (OpenAI's prediction), by whether the reply used them",
+            ["outcome"],
+            registry=registry,
         )
 
     def observe_spec(self, spec: SpecFigures) -> None:

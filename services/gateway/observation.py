@@ -71,6 +71,10 @@ class Observation:
         m.e2e_latency.observe(now - self._start)
         m.prompt_tokens.inc(outcome.prompt_tokens)
         m.completion_tokens.inc(outcome.completion_tokens)
+        details = outcome.usage.completion_tokens_details
+        if details is not None:
+            m.prediction_tokens.labels("accepted").inc(details.accepted_prediction_tokens)
+            m.prediction_tokens.labels("rejected").inc(details.rejected_prediction_tokens)
         if self._first_output is not None:
             m.time_to_first_token.observe(self._first_output - self._start)
             if outcome.completion_tokens > 1:

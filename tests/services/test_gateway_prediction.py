@@ -88,3 +88,21 @@ def test_a_bad_prediction_is_a_400_naming_it(http: httpx.Client, prediction: Any
     response = http.post(CHAT, json=chat_body(prediction=prediction))
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == param
+
+
+def _prediction_counts(url: str) -> dict[str, float]:
+    counts = {"accepted": 0.0, "rejected": 0.0}
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        if line.startswith("treespec_gateway_prediction_tokens_total{"):
+            outcome = line.split('outcome="')[1].split('"')[0]
+            counts[outcome] = float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def test_the_metrics_count_the_prediction_s_tokens(client: openai.OpenAI, url: str) -> None:
+    before = _prediction_counts(url)
+    reply = _reply(client, prediction={"type": "content", "content": FILE})
+    after = _prediction_counts(url)
+    details = reply.usage.completion_tokens_details
+    assert after["accepted"] - before["accepted"] == details.accepted_prediction_tokens
+    assert after["rejected"] - before["rejected"] == details.rejected_prediction_tokens
