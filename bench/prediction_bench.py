@@ -79,16 +79,16 @@ def bench_prediction(args: NgramBenchArgs) -> dict[str, Any]:
             }
             for method, (engine, prediction) in timed.items():
                 got = runs.time_engine(
-                    engine, f"{method}-{i}", task.ids, n, tally, method, prompt.category, spec, prediction
+                    engine, f"{method}-{i}", task.ids, n, tally, method, category, spec, prediction
                 )
                 greedy.check(prompt, task.ids, got.token_ids, plain.token_ids)
             details = prediction_details(task.prediction, [plain.token_ids])
-            used.setdefault(prompt.category, []).append(
+            used.setdefault(category, []).append(
                 details.accepted_prediction_tokens / max(1, len(plain.token_ids))
             )
             print(
-                f"[{i + 1}/{len(prompts)}] {prompt.category}: {len(plain.token_ids)} tokens,"
-                f" {100 * used[prompt.category][-1]:.0f}% of them predicted",
+                f"[{i + 1}/{len(prompts)}] {category}: {len(plain.token_ids)} tokens,"
+                f" {100 * used[category][-1]:.0f}% of them predicted",
                 flush=True,
             )
     finally:

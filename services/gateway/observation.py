@@ -60,7 +60,8 @@ class Observation:
             self._failed(exc)
             raise
         else:
-            await asyncio.to_thread(outcome.settle)
+            if outcome.prediction:  # the only work settling does, off the loop
+                await asyncio.to_thread(outcome.settle)
             self._succeeded(outcome)
         finally:
             self.span.end()

@@ -47,7 +47,8 @@ async def generate(
         events = await cancel_on_disconnect(request, primed(watched))
         return event_stream(_stream(events, outputs, logprobs, start_len, several))
     await cancel_on_disconnect(request, _collect(watched, outputs))
-    bodies = [output.body(logprobs, start_len) for output in _aborted_or_all(outputs)]
+    _mark_aborted(outputs)
+    bodies = [output.body(logprobs, start_len) for output in outputs]
     return JSONResponse(bodies if several else bodies[0])
 
 
@@ -60,11 +61,12 @@ async def abort_request(
     return Response(status_code=200)
 
 
-def _aborted_or_all(outputs: list[NativeOutput]) -> list[NativeOutput]:
-    """The outputs, those left without an end (their events stopped by an abort) marked aborted."""
-    for output in outputs:
-        output.aborted = output.end is None
-    return outputs
+def _mark_aborted(outputs: list[NativeOutput]) -> list[NativeOutput]:
+    """Once the events have ended: the outputs left without an end (an abort stopped them), marked so."""
+    left = [output for output in outputs if output.end is None]
+    for output in left:
+        output.aborted = True
+    return left
 
 
 async def _start(
@@ -133,8 +135,6 @@ async def _stream(
         return
     finally:
         await events.aclose()
-    for output in outputs:  # the events ended: any output still open was aborted
-        if output.end is None:
-            output.aborted = True
-            yield format_sse_event(data_str=json.dumps(output.body(logprobs, start_len, index=several)))
+    for output in _mark_aborted(outputs):
+        yield format_sse_event(data_str=json.dumps(output.body(logprobs, start_len, index=several)))
     yield DONE
