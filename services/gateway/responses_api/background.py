@@ -1,44 +1,59 @@
-"""Responses made in the background (`background: true`, as on OpenAI's service and vLLM): answered
-at once with status `in_progress`, then made by a task of the gateway's and stored as they end
+"""Responses made in the background (`background: true`, as on OpenAI's service and vLLM): begun at
+once with status `in_progress`, then made by a task of the gateway's and stored as they end
 (`completed` or `incomplete`, `failed` with its error, or `cancelled` by
 `POST /v1/responses/{id}/cancel`); a client polls `GET /v1/responses/{id}`. They live in the
-response store, so they need it (`--responses-store-size` above 0)."""
+response store, so they need it (`--responses-store-size` above 0).
+
+With `stream: true` as well, the request is answered with the response's typed events as they are
+made, and they are kept in an event log (responses_api/event_log.py): a client whose connection
+drops follows them again with `GET /v1/responses/{id}?stream=true&starting_after=N`, and the response
+is made whether or not anyone follows. The logs of the last `kept_logs` finished responses are kept
+for such replays (those still being made always are)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from treespec.gateway.errors import APIError
+from treespec.gateway.generation import Event
+from treespec.gateway.responses_api.event_log import EventLog, error_event
 
 if TYPE_CHECKING:  # job.py imports the run, which imports the gateway's state, which holds this
     from treespec.gateway.responses_api.job import ResponseJob
 
 log = logging.getLogger(__name__)
 
+KEPT_EVENT_LOGS = 64  # finished streamed background responses whose events can still be replayed
+
 
 class BackgroundResponses:
-    def __init__(self) -> None:
+    def __init__(self, kept_logs: int = KEPT_EVENT_LOGS) -> None:
         self._making: dict[str, tuple[ResponseJob, asyncio.Task[None]]] = {}
+        self._logs: OrderedDict[str, EventLog] = OrderedDict()
+        self._kept_logs = kept_logs
 
     def start(self, job: ResponseJob) -> dict[str, Any]:
         """Store the response as in progress and start making it; what the request is answered with."""
-        if not job.stores:
-            raise APIError(
-                400,
-                "A background response must be stored (store: true, and a server whose "
-                "--responses-store-size is above 0), for it is fetched later by its id.",
-                code="invalid_value",
-                param="background",
-            )
-        begun = job.body(None, "in_progress")
-        job.keep(begun)
-        response_id = job.run.id
-        task = asyncio.create_task(self._make(job), name=f"response {response_id}")
-        self._making[response_id] = (job, task)
-        task.add_done_callback(lambda _: self._making.pop(response_id, None))
+        begun = self._begin(job)
+        self._run(job, self._make(job))
         return begun
+
+    def start_streamed(self, job: ResponseJob, events: AsyncGenerator[Event, None]) -> EventLog:
+        """Store the response as in progress and start making it from `events`, its typed events
+        going into the log that the request (and any later client) follows."""
+        self._begin(job)
+        events_log = EventLog()
+        self._logs[job.run.id] = events_log
+        self._run(job, self._make_streamed(job, events, events_log))
+        return events_log
+
+    def events(self, response_id: str) -> EventLog | None:
+        """The event log of a streamed background response, while it is kept."""
+        return self._logs.get(response_id)
 
     def cancel(self, response_id: str) -> dict[str, Any] | None:
         """Stop making the response and store it as cancelled; None when none of that id is being made."""
@@ -49,7 +64,17 @@ class BackgroundResponses:
         task.cancel()  # closes its generation: the verifier frees the request
         cancelled = job.body(None, "cancelled")
         job.keep(cancelled)
+        events_log = self._logs.get(response_id)
+        if events_log is not None and not events_log.closed:  # its followers learn why it ends
+            cancelling = error_event("response_cancelled", "The response was cancelled.")
+            events_log.append({**cancelling, "sequence_number": len(events_log)})
+            events_log.close()
         return cancelled
+
+    def forget(self, response_id: str) -> None:
+        """Cancel the response if it is being made, and drop its events (it is deleted)."""
+        self.cancel(response_id)
+        self._logs.pop(response_id, None)
 
     async def close(self) -> None:
         """Cancel every response still being made (the gateway is stopping)."""
@@ -57,6 +82,26 @@ class BackgroundResponses:
         for response_id in list(self._making):
             self.cancel(response_id)
         await asyncio.gather(*tasks, return_exceptions=True)
+
+    @staticmethod
+    def _begin(job: ResponseJob) -> dict[str, Any]:
+        if not job.stores:
+            raise APIError(
+                400,
+                "A background response must be stored (store: true, and a server whose "
+                "--responses-store-size is above 0), for it is fetched later by its id.",
+                code="invalid_value",
+                param="background",
+            )
+        begun = job.body(None, "in_progress")
+        job.keep(begun)
+        return begun
+
+    def _run(self, job: ResponseJob, making: Coroutine[Any, Any, None]) -> None:
+        response_id = job.run.id
+        task = asyncio.create_task(making, name=f"response {response_id}")
+        self._making[response_id] = (job, task)
+        task.add_done_callback(lambda _: self._making.pop(response_id, None))
 
     @staticmethod
     async def _make(job: ResponseJob) -> None:
@@ -67,6 +112,37 @@ class BackgroundResponses:
         except Exception as exc:  # recorded in the response: nobody awaits the task to raise it to
             log.exception("background response %s failed", job.run.id)
             job.keep(_failed(job, "server_error", f"The response could not be made: {exc!r}"))
+
+    async def _make_streamed(
+        self, job: ResponseJob, events: AsyncGenerator[Event, None], out: EventLog
+    ) -> None:
+        """Log the response's events as they are made; an error ends them with the failed response."""
+        failure: tuple[str, str] | None = None
+        try:
+            async for event in job.stream(events):
+                if out.closed:  # cancelled: its last event is logged already
+                    return
+                out.append(event)
+                if event["type"] == "error":
+                    failure = (event["code"] or "server_error", event["message"])
+        except Exception as exc:
+            log.exception("background response %s failed", job.run.id)
+            failure = ("server_error", f"The response could not be made: {exc!r}")
+            if not out.closed:
+                out.append({**error_event(*failure), "sequence_number": len(out)})
+        finally:
+            if failure is not None and not out.closed:
+                failed = _failed(job, *failure)
+                job.keep(failed)
+                out.append({"type": "response.failed", "response": failed, "sequence_number": len(out)})
+            out.close()
+            self._trim_logs()
+
+    def _trim_logs(self) -> None:
+        """Drop the oldest finished logs beyond those kept."""
+        finished = [response_id for response_id, kept in self._logs.items() if kept.closed]
+        for response_id in finished[: max(len(finished) - self._kept_logs, 0)]:
+            del self._logs[response_id]
 
 
 def _failed(job: ResponseJob, code: str, message: str) -> dict[str, Any]:

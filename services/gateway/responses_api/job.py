@@ -18,6 +18,7 @@ from treespec.gateway.chat_reply import ChatReplies, ChatReplyMessage
 from treespec.gateway.errors import APIError
 from treespec.gateway.generation import Event, TextDelta, TokenLogprob
 from treespec.gateway.logprob_format import LogprobFormat
+from treespec.gateway.responses_api.event_log import error_event
 from treespec.gateway.responses_api.output import ResponseOutput
 from treespec.gateway.responses_api.request import InputItem, ResponsesRequest
 from treespec.gateway.responses_api.response import response_body, response_status
@@ -74,17 +75,17 @@ class ResponseJob:
         self.keep(payload)
         return payload
 
-    async def stream(self, events: AsyncGenerator[Event, None]) -> AsyncIterator[bytes]:
-        """The typed events, numbered, as `events` arrive; the finished response stored."""
+    async def stream(self, events: AsyncGenerator[Event, None]) -> AsyncIterator[dict[str, Any]]:
+        """The typed events, numbered, as `events` arrive; the finished response stored. An error
+        after the start ends them with an `error` event (and nothing is stored)."""
         numbers = itertools.count()
 
-        def sse(event: dict[str, Any]) -> bytes:
-            numbered = {**event, "sequence_number": next(numbers)}
-            return format_sse_event(data_str=json.dumps(numbered), event=event["type"])
+        def numbered(event: dict[str, Any]) -> dict[str, Any]:
+            return {**event, "sequence_number": next(numbers)}
 
         started = self.body(None, "in_progress")
-        yield sse({"type": "response.created", "response": started})
-        yield sse({"type": "response.in_progress", "response": started})
+        yield numbered({"type": "response.created", "response": started})
+        yield numbered({"type": "response.in_progress", "response": started})
         output, deltas, status = ResponseOutput(), self.replies.stream(), "completed"
         try:
             async for event in events:
@@ -95,21 +96,27 @@ class ResponseJob:
                     status = response_status(reason)
                     pieces = output.feed(delta) + output.finish(status)
                 for piece in pieces:
-                    yield sse(piece)
+                    yield numbered(piece)
         except APIError as error:
-            yield sse({"type": "error", "code": error.code, "message": error.message, "param": error.param})
+            yield numbered(error_event(error.code, error.message, error.param))
             return
         finally:
             await events.aclose()
         final = self.body(output, status)
         self.keep(final)
-        yield sse({"type": f"response.{status}", "response": final})
+        yield numbered({"type": f"response.{status}", "response": final})
 
     def _logprobs(self, entries: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
         """Tokens' log-probabilities in the Responses API's shape (chat's), or none when not asked for."""
         if self.logprob_format is None:
             return []
         return [token.model_dump() for token in self.logprob_format.chat(entries).content]
+
+
+async def sse_events(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    """Typed events as the Responses API streams them: each named by its type."""
+    async for event in events:
+        yield format_sse_event(data_str=json.dumps(event), event=event["type"])
 
 
 def _whole(reply: ChatReplyMessage) -> dict[str, Any]:

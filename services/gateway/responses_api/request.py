@@ -220,11 +220,6 @@ class ResponsesRequest(BaseModel):
     def _a_background_response_is_fetched_later(cls, value: bool | None, info: ValidationInfo) -> bool | None:
         if value and info.data.get("store") is False:
             raise PydanticCustomError("invalid_value", "a background response must be stored (store: true)")
-        if value and info.data.get("stream"):
-            raise PydanticCustomError(
-                "unsupported_parameter",
-                "a background response is fetched by its id (GET /v1/responses/{id}), not streamed",
-            )
         return value
 
     @field_validator("tool_choice")

@@ -1,8 +1,9 @@
 """POST /v1/responses: OpenAI's Responses API, run as the chat request it stands for
 (responses_api/request.py), the reply given back as output items, whole or streamed as the
-Responses API's typed events (responses_api/output.py, responses_api/job.py), or in the background
-(responses_api/background.py). A finished response is stored unless the request says `store: false`
-(responses_api/store.py; routes/stored_responses.py reads them back)."""
+Responses API's typed events (responses_api/output.py, responses_api/job.py), or made in the
+background (responses_api/background.py), its events streamed as they are made if asked. A
+finished response is stored unless the request says `store: false` (responses_api/store.py;
+routes/stored_responses.py reads them back)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from treespec.gateway.chat_start import start_chat
 from treespec.gateway.disconnect import cancel_on_disconnect
 from treespec.gateway.errors import APIError
 from treespec.gateway.logprob_format import LogprobFormat
-from treespec.gateway.responses_api.job import ResponseJob
+from treespec.gateway.responses_api.job import ResponseJob, sse_events
 from treespec.gateway.responses_api.request import InputItem, ResponsesRequest
 from treespec.gateway.sse import event_stream, primed
 from treespec.gateway.state import GatewayState, gateway_state
@@ -34,11 +35,13 @@ async def create_response(
     run, replies = await start_chat(state, body.chat_request(earlier), "resp_", prompt_param="input")
     lp_format = LogprobFormat(state.tokenizer.token_texts) if body.logprobs else None
     job = ResponseJob(body, run, replies, state.responses, earlier, lp_format)
+    if body.background and body.streams:  # followed by this request, and later by any other
+        return event_stream(sse_events(state.background.start_streamed(job, run.events()).follow()))
     if body.background:
         return JSONResponse(state.background.start(job))
     if body.streams:
         events = await cancel_on_disconnect(request, primed(run.events()))
-        return event_stream(job.stream(events))
+        return event_stream(sse_events(job.stream(events)))
     return JSONResponse(await cancel_on_disconnect(request, job.whole()))
 
 

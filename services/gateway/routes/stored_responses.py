@@ -1,4 +1,5 @@
-"""The stored Responses API responses (responses_api/store.py): GET /v1/responses/{id},
+"""The stored Responses API responses (responses_api/store.py): GET /v1/responses/{id} (with
+`stream=true`, a streamed background response's events, responses_api/event_log.py),
 GET /v1/responses/{id}/input_items (paged as OpenAI pages lists), DELETE /v1/responses/{id}, and
 POST /v1/responses/{id}/cancel for one being made in the background (responses_api/background.py)."""
 
@@ -7,8 +8,12 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query
+from fastapi.responses import Response
 
 from treespec.gateway.errors import APIError
+from treespec.gateway.responses_api.background import KEPT_EVENT_LOGS
+from treespec.gateway.responses_api.job import sse_events
+from treespec.gateway.sse import event_stream
 from treespec.gateway.state import GatewayState, gateway_state
 
 router = APIRouter()
@@ -16,21 +21,29 @@ router = APIRouter()
 MAX_PAGE = 100
 
 
-@router.get("/v1/responses/{response_id}")
+@router.get("/v1/responses/{response_id}", response_model=None)
 async def retrieve_response(
     response_id: str,
     state: Annotated[GatewayState, Depends(gateway_state)],
     stream: Annotated[bool, Query()] = False,
-) -> dict[str, Any]:
-    if stream:
+    starting_after: Annotated[int | None, Query(ge=0)] = None,
+) -> dict[str, Any] | Response:
+    """The stored response; with `stream`, the events of one made in the background with `stream`,
+    those after sequence number `starting_after` (all without it), then each as it is made."""
+    body = state.responses.get(response_id).body
+    if not stream:
+        return body
+    events = state.background.events(response_id)
+    if events is None:
         raise APIError(
             400,
-            "stream is for background responses, which this server does not run: "
-            "a stored response is finished, retrieve it without stream",
-            code="unsupported_parameter",
+            f"Response '{response_id}' cannot be streamed: only a response made with background and "
+            f"stream both true can, while the server keeps its events (the last {KEPT_EVENT_LOGS} "
+            "finished ones, and those being made). Retrieve it without stream.",
+            code="invalid_value",
             param="stream",
         )
-    return state.responses.get(response_id).body
+    return event_stream(sse_events(events.follow(-1 if starting_after is None else starting_after)))
 
 
 @router.delete("/v1/responses/{response_id}")
@@ -38,7 +51,7 @@ async def delete_response(
     response_id: str, state: Annotated[GatewayState, Depends(gateway_state)]
 ) -> dict[str, Any]:
     """A background response still being made stops first (it would be stored again as it ends)."""
-    state.background.cancel(response_id)
+    state.background.forget(response_id)
     state.responses.delete(response_id)
     return {"id": response_id, "object": "response", "deleted": True}
 
