@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncGenerator, Sequence
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from treespec.gateway.bad_words import bad_word_sequences
+from treespec.gateway.choice_abort import abortable
 from treespec.gateway.fanout import merge
 from treespec.gateway.generation import ChoiceEnd, ChoiceJob, Event, run_choice
 from treespec.gateway.observation import Observation
@@ -69,11 +71,16 @@ class GenerationRun:
         observation = Observation(state.metrics, state.tracer, operation, body, token_limit, response_id)
         return cls(response_id, int(time.time()), body.model, jobs, outcome, observation, state)
 
-    def events(self) -> AsyncGenerator[Event, None]:
-        """Every choice's events in arrival order; iterate once, to the end or until closed."""
+    def events(self, aborts: Sequence[asyncio.Event] = ()) -> AsyncGenerator[Event, None]:
+        """Every choice's events in arrival order; iterate once, to the end or until closed.
+        `aborts`: a flag per choice that ends it early, with finish reason `abort` (none: no flags)."""
         tokenizer = self.state.tokenizer.backend
         context = self.observation.trace_context
         sources = [run_choice(self.state.verifier, tokenizer, job, context) for job in self.jobs]
+        if aborts:
+            sources = [
+                abortable(s, job.index, f) for s, job, f in zip(sources, self.jobs, aborts, strict=True)
+            ]
         return self.observation.observe(merge(sources), self.outcome)
 
     def chunk_fields(

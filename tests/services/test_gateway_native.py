@@ -240,11 +240,7 @@ def test_abort_all_stops_streams_too(http: httpx.Client) -> None:
     long = {"max_new_tokens": 2000, "ignore_eos": True}
 
     def stream(rid: str) -> list[Any]:
-        body = {"text": COUNTING, "sampling_params": long, "rid": rid, "stream": True}
-        with http.stream("POST", "/generate", json=body) as response:
-            lines = [line[len("data: ") :] for line in response.iter_lines() if line.startswith("data: ")]
-        assert lines[-1] == "[DONE]"
-        return [json.loads(line) for line in lines[:-1]]
+        return _stream_events(http, {"text": COUNTING, "sampling_params": long, "rid": rid, "stream": True})
 
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         pending = [pool.submit(stream, f"s-{i}") for i in range(2)]
@@ -256,3 +252,51 @@ def test_abort_all_stops_streams_too(http: httpx.Client) -> None:
         assert got[-1]["meta_info"]["finish_reason"]["type"] == "abort"
         assert all(e["meta_info"]["finish_reason"] is None for e in got[:-1])
     _freed(http)
+
+
+def test_an_abort_stops_one_output_of_a_batch_and_the_others_go_on(http: httpx.Client) -> None:
+    """A batch's outputs are aborted one by one: by an output's rid, or by a prompt's rid for its `n`
+    choices; the rest finish as they would have, streamed or whole."""
+    long = {"max_new_tokens": 2000, "ignore_eos": True, "temperature": 0}
+    short = {"max_new_tokens": 24, "ignore_eos": True, "temperature": 0}
+    alone = _generate(http, text=COUNTING, sampling_params=short)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        batch = {"text": [COUNTING, COUNTING], "sampling_params": [long, short], "rid": ["b-long", "b-short"]}
+        pending = pool.submit(_generate, http, **batch)
+        _started(http)
+        assert http.post("/abort_request", json={"rid": "b-long"}).status_code == 200
+        aborted, finished = pending.result(timeout=60)
+    assert aborted["meta_info"]["finish_reason"]["type"] == "abort" and aborted["meta_info"]["id"] == "b-long"
+    assert 0 < aborted["meta_info"]["completion_tokens"] < 2000
+    assert finished["meta_info"]["finish_reason"] == {"type": "length", "length": 24}
+    assert finished["output_ids"] == alone["output_ids"]
+    _freed(http)
+
+    body = {
+        "text": COUNTING,
+        "sampling_params": {**long, "n": 2, "temperature": 1},
+        "rid": "pair",
+        "stream": True,
+    }
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(_stream_events, http, body)
+        _started(http)
+        assert http.post("/abort_request", json={"rid": "pair"}).status_code == 200
+        events = pending.result(timeout=60)
+    ends = {
+        e["meta_info"]["id"]: e["meta_info"]["finish_reason"]
+        for e in events
+        if e["meta_info"]["finish_reason"]
+    }
+    assert ends == {"pair-0": ABORTED, "pair-1": ABORTED}
+    _freed(http)
+
+
+ABORTED = {"type": "abort", "message": "aborted by /abort_request"}
+
+
+def _stream_events(http: httpx.Client, body: dict[str, Any]) -> list[Any]:
+    with http.stream("POST", "/generate", json=body) as response:
+        lines = [line[len("data: ") :] for line in response.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    return [json.loads(line) for line in lines[:-1]]

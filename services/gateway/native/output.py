@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from treespec.gateway.choice_abort import ABORT
 from treespec.gateway.generation import ChoiceEnd, Event, TokenLogprob
 from treespec.gateway.outcome import meta_info
 from treespec.gateway.token_text import TokenTexts
@@ -46,7 +47,6 @@ class NativeOutput:
     entries: list[TokenLogprob] = field(default_factory=list)
     completion_tokens: int = 0
     end: ChoiceEnd | None = None
-    aborted: bool = False  # stopped by /abort_request before its end
     started: float = field(default_factory=time.perf_counter)
 
     def add(self, event: Event) -> None:
@@ -83,7 +83,9 @@ class NativeOutput:
 
     def _finish_reason(self) -> dict[str, Any] | None:
         if self.end is None:
-            return {"type": "abort", "message": "aborted by /abort_request"} if self.aborted else None
+            return None
+        if self.end.finish_reason == ABORT:
+            return {"type": "abort", "message": "aborted by /abort_request"}
         if self.end.finish_reason == "length":
             return {"type": "length", "length": self.end.completion_tokens}
         return {"type": "stop", "matched": self.end.matched}

@@ -19,6 +19,7 @@ from treespec.gateway.disconnect import cancel_on_disconnect
 from treespec.gateway.errors import APIError
 from treespec.gateway.fanout import merge
 from treespec.gateway.generation import Event, TextDelta
+from treespec.gateway.native.aborts import AbortTarget
 from treespec.gateway.native.output import NativeLogprobs, NativeOutput
 from treespec.gateway.native.request import AbortRequest, NativeGenerateRequest, PromptGroup
 from treespec.gateway.run import GenerationRun
@@ -40,14 +41,18 @@ async def generate(
     logprobs = NativeLogprobs(texts) if body.return_logprob else None
     start_len = max(body.logprob_start_len, 0)
     several = body.batch or len(outputs) > 1
-    offsets = itertools.accumulate((len(run.jobs) for run in runs[:-1]), initial=0)
-    merged = merge([_shifted(run.events(), offset) for run, offset in zip(runs, offsets, strict=True)])
-    watched = state.aborts.watch(merged, sorted({output.rid for output in outputs}))
+    targets = _abort_targets(outputs, groups)
+    flags = [target.flag for target in targets]
+    offsets = list(itertools.accumulate((len(run.jobs) for run in runs[:-1]), initial=0))
+    sources = [
+        _shifted(run.events(flags[offset : offset + len(run.jobs)]), offset)
+        for run, offset in zip(runs, offsets, strict=True)
+    ]
+    watched = state.aborts.watch(merge(sources), targets)
     if body.stream:
         events = await cancel_on_disconnect(request, primed(watched))
         return event_stream(_stream(events, outputs, logprobs, start_len, several))
     await cancel_on_disconnect(request, _collect(watched, outputs))
-    _mark_aborted(outputs)
     bodies = [output.body(logprobs, start_len) for output in outputs]
     return JSONResponse(bodies if several else bodies[0])
 
@@ -61,12 +66,15 @@ async def abort_request(
     return Response(status_code=200)
 
 
-def _mark_aborted(outputs: list[NativeOutput]) -> list[NativeOutput]:
-    """Once the events have ended: the outputs left without an end (an abort stopped them), marked so."""
-    left = [output for output in outputs if output.end is None]
-    for output in left:
-        output.aborted = True
-    return left
+def _abort_targets(outputs: list[NativeOutput], groups: list[PromptGroup]) -> list[AbortTarget]:
+    """Each output's abort flag, under its rid, and under its prompt's rid when the prompt has `n`
+    choices (their rids are the prompt's with `-i`)."""
+    ns = [g.completion.n for g in groups for _ in range(len(g.prompts) * g.completion.n)]
+    targets = []
+    for output, n in zip(outputs, ns, strict=True):
+        rids = (output.rid, output.rid.rsplit("-", 1)[0]) if n > 1 else (output.rid,)
+        targets.append(AbortTarget(rids, asyncio.Event()))
+    return targets
 
 
 async def _start(
@@ -135,6 +143,4 @@ async def _stream(
         return
     finally:
         await events.aclose()
-    for output in _mark_aborted(outputs):
-        yield format_sse_event(data_str=json.dumps(output.body(logprobs, start_len, index=several)))
     yield DONE

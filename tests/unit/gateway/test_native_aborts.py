@@ -1,56 +1,102 @@
-"""The abort registry of SGLang's /abort_request: flags by rid, and events that stop when one is set."""
+"""The abort registry of SGLang's /abort_request (flags by rid), and a choice's events that stop when
+its flag is set (choice_abort.py): the source closed, the choice ended with finish reason abort."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
 
-from treespec.gateway.native.aborts import AbortRegistry
+from treespec.gateway.choice_abort import ABORT, abortable, until_set
+from treespec.gateway.generation import ChoiceEnd, Event, TextDelta
+from treespec.gateway.native.aborts import AbortRegistry, AbortTarget
 
 
 def test_flags_are_set_by_rid_or_all_and_forgotten_when_closed() -> None:
     registry = AbortRegistry()
-    one, two = registry.open(["a", "b"]), registry.open(["b"])
-    assert registry.abort("a") == 1 and one.is_set() and not two.is_set()
-    registry.close(["a", "b"], one)
+    one, two = AbortTarget(("a-0", "a"), asyncio.Event()), AbortTarget(("a-1", "a"), asyncio.Event())
+    other = AbortTarget(("b",), asyncio.Event())
+    registry.open([one, two, other])
+    assert registry.abort("a-1") == 1 and two.flag.is_set() and not one.flag.is_set()
+    assert registry.abort("a") == 2 and one.flag.is_set() and not other.flag.is_set()
+    registry.close([one, two])
     assert registry.abort("a") == 0
-    assert registry.abort("", abort_all=True) == 1 and two.is_set()
-    registry.close(["b"], two)
+    assert registry.abort("", abort_all=True) == 1 and other.flag.is_set()
+    registry.close([other])
     assert registry.abort("", abort_all=True) == 0
 
 
-def test_watched_events_stop_at_an_abort_and_close_their_source() -> None:
-    closed: list[bool] = []
-
-    async def endless() -> AsyncGenerator[int, None]:
-        try:
-            n = 0
-            while True:
-                await asyncio.sleep(0.01)
-                yield n
-                n += 1
-        finally:
-            closed.append(True)
-
-    async def run() -> list[int]:
-        registry = AbortRegistry()
-        got: list[int] = []
-        async for value in registry.watch(endless(), ["r"]):
-            got.append(value)
-            if value == 3:
-                registry.abort("r")
-        assert registry.abort("r") == 0  # no longer registered
-        return got
-
-    assert asyncio.run(run()) == [0, 1, 2, 3] and closed == [True]
-
-
-def test_watched_events_that_end_end_the_watch() -> None:
+def test_watched_events_register_their_targets_while_they_run() -> None:
     async def three() -> AsyncGenerator[int, None]:
         for n in range(3):
             yield n
 
-    async def run() -> list[int]:
-        return [v async for v in AbortRegistry().watch(three(), ["r"])]
+    async def run() -> tuple[list[int], int]:
+        registry = AbortRegistry()
+        target = AbortTarget(("r",), asyncio.Event())
+        got = []
+        async for value in registry.watch(three(), [target]):
+            got.append(value)
+            assert registry.abort("r") == 1
+        return got, registry.abort("r")
 
-    assert asyncio.run(run()) == [0, 1, 2]
+    assert asyncio.run(run()) == ([0, 1, 2], 0)
+
+
+def _endless(closed: list[bool]) -> AsyncGenerator[Event, None]:
+    async def deltas() -> AsyncGenerator[Event, None]:
+        try:
+            n = 0
+            while True:
+                await asyncio.sleep(0.01)
+                n += 1
+                yield TextDelta(0, "x", completion_tokens=n, token_ids=(n,))
+        finally:
+            closed.append(True)
+
+    return deltas()
+
+
+def test_events_stop_when_the_flag_is_set_and_close_their_source() -> None:
+    closed: list[bool] = []
+
+    async def run() -> list[int]:
+        flag, got = asyncio.Event(), []
+        async for event in until_set(_endless(closed), flag):
+            got.append(event.completion_tokens)
+            if len(got) == 3:
+                flag.set()
+        return got
+
+    assert asyncio.run(run()) == [1, 2, 3] and closed == [True]
+
+
+def test_an_aborted_choice_ends_with_abort_and_the_tokens_it_had() -> None:
+    closed: list[bool] = []
+
+    async def run() -> list[Event]:
+        flag, got = asyncio.Event(), []
+        async for event in abortable(_endless(closed), 4, flag):
+            got.append(event)
+            if len(got) == 2:
+                flag.set()
+        return got
+
+    events = asyncio.run(run())
+    assert events[-1] == ChoiceEnd(4, ABORT, 2, spec=None) and len(events) == 3 and closed == [True]
+
+
+def test_a_choice_that_ends_first_is_not_aborted() -> None:
+    end = ChoiceEnd(0, "length", 1, spec=None)
+
+    async def one() -> AsyncGenerator[Event, None]:
+        yield TextDelta(0, "x", completion_tokens=1)
+        yield end
+
+    async def run() -> list[Event]:
+        flag, got = asyncio.Event(), []
+        async for event in abortable(one(), 0, flag):
+            got.append(event)
+        flag.set()  # too late: the choice has ended
+        return got
+
+    assert asyncio.run(run())[-1] == end
