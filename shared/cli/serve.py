@@ -15,6 +15,7 @@ from typing import Any
 
 from treespec.gateway.config import DEFAULT_RESPONSES_STORE_SIZE
 from treespec.shared.cli.arg_types import port, positive_int
+from treespec.shared.cli.engine_flags import EngineFlags, add_engine_arguments
 from treespec.shared.cli.gateway import (
     add_reply_parser_arguments,
     add_responses_store_argument,
@@ -24,11 +25,7 @@ from treespec.shared.cli.ngram_flags import option_arguments
 from treespec.shared.cli.plugin_flags import add_plugin_arguments, check_plugin_options, plugin_options
 from treespec.shared.cli.speculation_flags import add_budget_arguments, default_budget, resolve_budget
 from treespec.shared.cli.speculative_config import add_speculative_config_argument
-from treespec.shared.cli.verifier import (
-    add_prediction_argument,
-    add_prefix_caching_argument,
-    add_scheduling_policy_argument,
-)
+from treespec.shared.cli.verifier import CUDA_COLOCATION
 from treespec.shared.launcher.colocation_paths import SOCKET_NAME, draft_socket, local_address
 from treespec.shared.launcher.health import grpc_serving, http_ok
 from treespec.shared.launcher.ports import free_port
@@ -64,9 +61,7 @@ class ServeConfig:
     served_model_name: str | None
     verifier_metrics_port: int | None
     drafter_options: dict[str, Any] = field(default_factory=dict)  # plugin options (NGRAM flags)
-    prefix_caching: bool = True
-    scheduling_policy: str | None = None  # the verifier's; None: its default (fcfs)
-    prediction_draft_tokens: int | None = None  # the verifier's; None: its default
+    engine: EngineFlags = field(default_factory=EngineFlags)  # the verifier's engine flags
     tool_call_parser: str | None = None  # the gateway's, for tool_choice "auto"
     reasoning_parser: str | None = None  # the gateway's, for thinking models
     responses_store_size: int = DEFAULT_RESPONSES_STORE_SIZE  # the gateway's
@@ -145,9 +140,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--api-key", action="append", default=[], help="accepted API key (repeatable)")
     p.add_argument("--served-model-name", default=None)
-    add_prefix_caching_argument(p)
-    add_scheduling_policy_argument(p)
-    add_prediction_argument(p)
+    add_engine_arguments(p)
     add_reply_parser_arguments(p)
     add_responses_store_argument(p)
     add_plugin_arguments(p)
@@ -161,6 +154,9 @@ def _run(ns: argparse.Namespace) -> int:
         check_plugin_options(ns.speculative_algorithm, options)
         budget = resolve_budget(ns, ns.speculative_algorithm, options)
         parser = tool_call_parser(ns)
+        colocated = ns.speculative_algorithm.lower() in COLOCATED_ALGORITHMS
+        if colocated and ns.device.startswith("cuda"):
+            raise ValueError(CUDA_COLOCATION)
     except ValueError as exc:
         print(f"treespec serve: error: {exc}", file=sys.stderr)
         return 2
@@ -178,18 +174,14 @@ def _run(ns: argparse.Namespace) -> int:
         api_keys=tuple(ns.api_key),
         served_model_name=ns.served_model_name,
         verifier_metrics_port=ns.verifier_metrics_port,
-        prefix_caching=not ns.disable_prefix_caching,
-        scheduling_policy=ns.scheduling_policy,
-        prediction_draft_tokens=ns.prediction_draft_tokens,
+        engine=EngineFlags.of(ns),
         tool_call_parser=parser,
         reasoning_parser=ns.reasoning_parser,
         responses_store_size=ns.responses_store_size,
         drafter_options=options,
         node_cost=budget.node_cost,
         tree_cost=budget.tree_cost,
-        colocation_socket=(
-            private_socket_path() if ns.speculative_algorithm.lower() in COLOCATED_ALGORITHMS else None
-        ),
+        colocation_socket=private_socket_path() if colocated else None,
     )
     supervisor = Supervisor(services(config))
     supervisor.start_all()
@@ -235,12 +227,7 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
         verifier += ["--metrics-port", str(c.verifier_metrics_port)]
     if c.served_model_name:
         verifier += ["--served-model-name", c.served_model_name]
-    if not c.prefix_caching:
-        verifier += ["--disable-prefix-caching"]
-    if c.scheduling_policy is not None:
-        verifier += ["--scheduling-policy", c.scheduling_policy]
-    if c.prediction_draft_tokens is not None:
-        verifier += ["--prediction-draft-tokens", str(c.prediction_draft_tokens)]
+    verifier += c.engine.argv()
     verifier_process = ServiceProcess("verifier", verifier, lambda: grpc_serving(verifier_address))
     out.insert(0 if c.colocated else len(out), verifier_process)  # a co-located drafter needs its socket
     if c.colocated or (c.speculative and c.algorithm.lower() in MODEL_ALGORITHMS):  # turns on the same cores

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from treespec.shared.cli.arg_types import port, positive_float, positive_int
+from treespec.shared.cli.arg_types import port, positive_float
+from treespec.shared.cli.engine_flags import EngineFlags, add_engine_arguments
 from treespec.shared.cli.plugin_flags import add_plugin_arguments, check_plugin_options, plugin_options
 from treespec.shared.cli.speculation_flags import add_budget_arguments, resolve_budget
 from treespec.shared.cli.speculative_config import add_speculative_config_argument
@@ -21,15 +22,10 @@ if TYPE_CHECKING:
     from treespec.verifier.server.app import VerifierServerConfig
 
 NONE = "NONE"
-# Engine flags left out keep EngineConfig's defaults (quoted in the help only: importing it loads torch).
-ENGINE_FLAGS = (
-    "page_size",
-    "max_total_tokens",
-    "max_running_requests",
-    "chunked_prefill_size",
-    "context_length",
-    "scheduling_policy",
-    "prediction_draft_tokens",
+CUDA_COLOCATION = (
+    "co-location shares CPU memory; on a CUDA device it would need CUDA IPC, which is not implemented "
+    "(not verified on a GPU): run the drafter in the verifier's process instead "
+    "(treespec verifier --speculative-algorithm ...)"
 )
 
 
@@ -44,56 +40,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--port", type=port, default=50051, help="gRPC port (0: a free one, printed in the log)")
     p.add_argument("--metrics-port", type=port, default=None, help="Prometheus /metrics port (default: off)")
     p.add_argument("--served-model-name", default=None, help="model name to report (default: folder name)")
-    _engine_arguments(p)
+    add_engine_arguments(p)
     _speculation_arguments(p)
     p.set_defaults(handler=_run)
-
-
-def _engine_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
-    p.add_argument("--dtype", default="auto", help="auto (float32 on CPU, bfloat16 on GPU), float32, ...")
-    p.add_argument("--page-size", type=positive_int, help="tokens per KV block (default: 16)")
-    p.add_argument(
-        "--max-total-tokens", type=positive_int, help="KV cache capacity in tokens (default: 32768)"
-    )
-    p.add_argument("--max-running-requests", type=positive_int, help="default: 64")
-    p.add_argument(
-        "--chunked-prefill-size", type=positive_int, help="prompt tokens per engine step (default: 512)"
-    )
-    p.add_argument("--context-length", type=positive_int, help="default: the model's")
-    add_prefix_caching_argument(p)
-    add_scheduling_policy_argument(p)
-    add_prediction_argument(p)
-
-
-def add_prediction_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--prediction-draft-tokens",
-        type=positive_int,
-        default=None,
-        help="the most rows (root included) a chain drafted from a request's predicted output "
-        "(OpenAI's prediction) verifies; 1: predictions are not drafted from (default: 32)",
-    )
-
-
-def add_scheduling_policy_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--scheduling-policy",
-        choices=("fcfs", "priority"),
-        default=None,
-        help="vLLM's: fcfs (first come, first served; the default) or priority (requests' priority "
-        "field first: lower values are admitted first and preempted last)",
-    )
-
-
-def add_prefix_caching_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--disable-prefix-caching",
-        "--disable-radix-cache",
-        action="store_true",
-        help="compute every prompt from its start (default: reuse the K/V of cached prompt prefixes, "
-        "and for an EAGLE drafter the target's features there too)",
-    )
 
 
 def _speculation_arguments(p: argparse.ArgumentParser) -> None:
@@ -160,16 +109,12 @@ def config_from_args(ns: argparse.Namespace) -> VerifierServerConfig:
         eagle_topk=budget.eagle_topk,
         num_draft_tokens=budget.num_draft_tokens,
     )
-    given = {name: getattr(ns, name) for name in ENGINE_FLAGS if getattr(ns, name) is not None}
     engine = EngineConfig(
         model_path=Path(resolve_model_path(ns.model_path, models_dir())),
-        device=ns.device,
-        dtype=ns.dtype,
         speculation=speculation,
         node_cost=budget.node_cost,
         tree_cost=budget.tree_cost or 0.0,
-        prefix_caching=not ns.disable_prefix_caching,
-        **given,
+        **EngineFlags.of(ns).engine_fields(),
     )
     return VerifierServerConfig(
         engine=engine,
@@ -190,10 +135,7 @@ def colocation_problem(ns: argparse.Namespace) -> str | None:
     if not ns.drafter_address:
         return "--colocation-socket is for drafter servers: give --drafter-address too"
     if ns.device.startswith("cuda"):
-        return (
-            "--colocation-socket shares CPU memory; on a CUDA device it would need CUDA IPC, which is "
-            "not implemented (not verified on a GPU): run the drafter in process instead"
-        )
+        return CUDA_COLOCATION
     try:
         socket_path(ns.colocation_socket)
     except ValueError as exc:

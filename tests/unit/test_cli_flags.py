@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from treespec.shared.cli.engine_flags import EngineFlags
 from treespec.shared.cli.main import main
 
 
@@ -27,6 +28,8 @@ def _exit_code(argv: list[str]) -> int:
         (["bench", "eagle", "--speculative-num-draft-tokens", "0"], "--speculative-num-draft-tokens"),
         (["bench", "serve", "--concurrency", "0"], "--concurrency"),
         (["verifier", "--page-size", "0"], "--page-size"),
+        (["serve", "--max-model-len", "0"], "--context-length/--max-model-len"),
+        (["serve", "--max-num-seqs", "-1"], "--max-running-requests/--max-num-seqs"),
         (["verifier", "--max-total-tokens", "-8"], "--max-total-tokens"),
         (["verifier", "--port", "70000"], "--port"),
         (["verifier", "--metrics-port", "-1"], "--metrics-port"),
@@ -137,7 +140,9 @@ def test_prefix_caching_is_on_unless_disabled_through_serve_and_verifier(tmp_pat
     assert "--disable-prefix-caching" not in on.argv
     verifier = next(
         p
-        for p in services(ServeConfig.on_free_ports(tmp_path, "NGRAM", prefix_caching=False))
+        for p in services(
+            ServeConfig.on_free_ports(tmp_path, "NGRAM", engine=EngineFlags(prefix_caching=False))
+        )
         if p.name == "verifier"
     )
     assert "--disable-prefix-caching" in verifier.argv
@@ -202,7 +207,7 @@ def test_the_scheduling_policy_reaches_the_engine_through_serve_and_verifier(tmp
 
     assert _exit_code(["verifier", "--scheduling-policy", "lifo"]) == 2
     for policy in (None, "priority"):
-        config = ServeConfig.on_free_ports(tmp_path, "NGRAM", scheduling_policy=policy)
+        config = ServeConfig.on_free_ports(tmp_path, "NGRAM", engine=EngineFlags(scheduling_policy=policy))
         argv = list(next(p for p in services(config) if p.name == "verifier").argv)
         assert ("--scheduling-policy" in argv) == (policy is not None)
         ns = build_parser().parse_args(argv)
@@ -216,8 +221,44 @@ def test_prediction_draft_tokens_reach_the_engine_through_serve_and_verifier(tmp
 
     assert _exit_code(["verifier", "--prediction-draft-tokens", "0"]) == 2
     for rows in (None, 1, 64):
-        config = ServeConfig.on_free_ports(tmp_path, "NGRAM", prediction_draft_tokens=rows)
+        config = ServeConfig.on_free_ports(
+            tmp_path, "NGRAM", engine=EngineFlags(prediction_draft_tokens=rows)
+        )
         argv = list(next(p for p in services(config) if p.name == "verifier").argv)
         assert ("--prediction-draft-tokens" in argv) == (rows is not None)
         ns = build_parser().parse_args(argv)
         assert config_from_args(ns).engine.prediction_draft_tokens == (rows or 32)
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--context-length", "1024", "--max-running-requests", "4", "--chunked-prefill-size", "128"],
+        ["--max-model-len", "1024", "--max-num-seqs", "4", "--max-num-batched-tokens", "128"],  # vLLM's
+    ],
+)
+def test_serve_hands_the_engine_flags_on_to_its_verifier(tmp_path: Path, flags: list[str]) -> None:
+    from treespec.shared.cli.main import build_parser
+    from treespec.shared.cli.serve import ServeConfig, services
+    from treespec.shared.cli.verifier import config_from_args
+
+    more = ["--page-size", "8", "--max-total-tokens", "4096", "--dtype", "float32", "--device", "cpu"]
+    ns = build_parser().parse_args(["serve", "--model-path", str(tmp_path), *flags, *more])
+    config = ServeConfig.on_free_ports(tmp_path, "NGRAM", engine=EngineFlags.of(ns))
+    argv = list(next(p for p in services(config) if p.name == "verifier").argv)
+    engine = config_from_args(build_parser().parse_args(argv)).engine
+    assert (engine.context_length, engine.max_running_requests, engine.chunked_prefill_size) == (1024, 4, 128)
+    assert (engine.page_size, engine.max_total_tokens, engine.dtype, engine.device) == (
+        8,
+        4096,
+        "float32",
+        "cpu",
+    )
+    default = ServeConfig.on_free_ports(tmp_path, "NGRAM")
+    plain = list(next(p for p in services(default) if p.name == "verifier").argv)
+    assert not {"--context-length", "--device", "--dtype", "--page-size"} & set(plain)
+
+
+def test_serve_refuses_a_co_located_drafter_on_a_cuda_device(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _exit_code(["serve", "--speculative-algorithm", "EAGLE3", "--device", "cuda"]) == 2
+    assert "CUDA IPC" in capsys.readouterr().err
