@@ -17,7 +17,8 @@ from treespec.gateway.errors import APIError, install_error_handlers
 from treespec.gateway.guards import RequestGuard
 from treespec.gateway.metrics import GatewayMetrics, RequestCounter
 from treespec.gateway.responses_api.background import BackgroundResponses
-from treespec.gateway.responses_api.store import ResponseStore
+from treespec.gateway.responses_api.redis_store import RedisResponseStore
+from treespec.gateway.responses_api.store import MemoryResponseStore, ResponseStore
 from treespec.gateway.routes import routers
 from treespec.gateway.state import GatewayState
 from treespec.gateway.tokenizer import PromptTokenizer
@@ -43,7 +44,7 @@ def create_app(
     provider = tracer_provider or trace.get_tracer_provider()
     metrics = GatewayMetrics(registry if registry is not None else CollectorRegistry())
     tokenizer = PromptTokenizer(config.model_path)
-    responses = ResponseStore(config.responses_store_size)
+    responses = response_store(config)
     background = BackgroundResponses()
 
     @asynccontextmanager
@@ -62,6 +63,7 @@ def create_app(
         finally:
             warm_up.cancel()
             await background.close()
+            await responses.close()
             await verifier.close()
 
     app = FastAPI(
@@ -97,3 +99,12 @@ async def _warm_up(verifier: VerifierClient) -> None:
             continue
         log.info("verifier serves %s (context %d tokens)", info.model_name, info.context_length)
         return
+
+
+def response_store(config: GatewayConfig) -> ResponseStore:
+    """Where Responses API responses are kept: Redis with a URL, else the gateway's memory."""
+    if config.responses_store_url is not None:
+        return RedisResponseStore(
+            config.responses_store_url, config.responses_store_size, config.responses_store_ttl_s
+        )
+    return MemoryResponseStore(config.responses_store_size)

@@ -10,6 +10,7 @@ from treespec.gateway.tool_parsers import TOOL_CALL_PARSERS
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 DEFAULT_RESPONSES_STORE_SIZE = 1024
+DEFAULT_RESPONSES_STORE_TTL_S = 30 * 24 * 3600  # as long as OpenAI keeps responses
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,10 @@ class GatewayConfig:
     # Responses API responses kept for previous_response_id and GET (the least recently used go
     # first); 0: none is kept.
     responses_store_size: int = DEFAULT_RESPONSES_STORE_SIZE
+    # Where they are kept: None, the gateway's memory; a redis:// URL, Redis, shared by every replica
+    # (responses expiring this many seconds after they were last written).
+    responses_store_url: str | None = None
+    responses_store_ttl_s: int = DEFAULT_RESPONSES_STORE_TTL_S
 
     def __post_init__(self) -> None:
         if not self.verifier_addresses:
@@ -41,6 +46,8 @@ class GatewayConfig:
             raise ValueError("max_body_bytes must be positive")
         if self.responses_store_size < 0:
             raise ValueError("responses_store_size cannot be negative")
+        if self.responses_store_ttl_s < 1:
+            raise ValueError("responses_store_ttl_s must be positive")
         if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_CALL_PARSERS:
             known = ", ".join(sorted(TOOL_CALL_PARSERS))
             raise ValueError(f"unknown tool-call parser {self.tool_call_parser!r} (known: {known})")

@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from treespec.gateway.config import DEFAULT_RESPONSES_STORE_SIZE
+from treespec.gateway.config import DEFAULT_RESPONSES_STORE_SIZE, DEFAULT_RESPONSES_STORE_TTL_S
 from treespec.gateway.reasoning_parsers import REASONING_PARSERS
 from treespec.gateway.tool_parsers import TOOL_CALL_PARSERS
 from treespec.shared.cli.arg_types import non_negative_int, port, positive_int
@@ -51,8 +51,23 @@ def add_responses_store_argument(p: argparse.ArgumentParser) -> None:
         "--responses-store-size",
         type=non_negative_int,
         default=DEFAULT_RESPONSES_STORE_SIZE,
-        help="Responses API responses kept in memory for previous_response_id and GET /v1/responses/{id} "
+        help="Responses API responses kept for previous_response_id and GET /v1/responses/{id} "
         "(the least recently used go first; 0: none, every response says store false)",
+    )
+    p.add_argument(
+        "--responses-store-url",
+        default=None,
+        metavar="URL",
+        help="keep them in Redis (redis://host:6379/0), shared by every gateway replica "
+        "(default: in the gateway's memory)",
+    )
+    p.add_argument(
+        "--responses-store-ttl",
+        type=positive_int,
+        default=DEFAULT_RESPONSES_STORE_TTL_S,
+        metavar="SECONDS",
+        help="with --responses-store-url: seconds a response is kept after it was last written "
+        "(default: 30 days)",
     )
 
 
@@ -110,6 +125,8 @@ def _run(ns: argparse.Namespace) -> int:
         tool_call_parser=parser,
         reasoning_parser=ns.reasoning_parser,
         responses_store_size=ns.responses_store_size,
+        responses_store_url=ns.responses_store_url,
+        responses_store_ttl_s=ns.responses_store_ttl,
     )
     provider = build_tracer_provider("treespec-gateway")
     install_tracer_provider(provider)

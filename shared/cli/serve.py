@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from treespec.gateway.config import DEFAULT_RESPONSES_STORE_SIZE
+from treespec.gateway.config import DEFAULT_RESPONSES_STORE_SIZE, DEFAULT_RESPONSES_STORE_TTL_S
 from treespec.shared.cli.arg_types import port, positive_int
 from treespec.shared.cli.engine_flags import EngineFlags, add_engine_arguments
 from treespec.shared.cli.gateway import (
@@ -65,6 +65,8 @@ class ServeConfig:
     tool_call_parser: str | None = None  # the gateway's, for tool_choice "auto"
     reasoning_parser: str | None = None  # the gateway's, for thinking models
     responses_store_size: int = DEFAULT_RESPONSES_STORE_SIZE  # the gateway's
+    responses_store_url: str | None = None  # the gateway's (None: in its memory)
+    responses_store_ttl_s: int = DEFAULT_RESPONSES_STORE_TTL_S
     node_cost: float | None = None  # None: the verifier measures it
     tree_cost: float | None = None  # with node_cost only
     # For COLOCATED_ALGORITHMS: the verifier's co-location socket, in a private (0700) directory.
@@ -178,6 +180,8 @@ def _run(ns: argparse.Namespace) -> int:
         tool_call_parser=parser,
         reasoning_parser=ns.reasoning_parser,
         responses_store_size=ns.responses_store_size,
+        responses_store_url=ns.responses_store_url,
+        responses_store_ttl_s=ns.responses_store_ttl,
         drafter_options=options,
         node_cost=budget.node_cost,
         tree_cost=budget.tree_cost,
@@ -252,5 +256,8 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
     if c.reasoning_parser is not None:
         gateway += ["--reasoning-parser", c.reasoning_parser]
     gateway += ["--responses-store-size", str(c.responses_store_size)]
+    if c.responses_store_url is not None:
+        gateway += ["--responses-store-url", c.responses_store_url]
+        gateway += ["--responses-store-ttl", str(c.responses_store_ttl_s)]
     out.append(ServiceProcess("gateway", gateway, lambda: http_ok(f"{c.url}/health")))
     return out

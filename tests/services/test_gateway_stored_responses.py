@@ -26,12 +26,15 @@ def _respond(client: openai.OpenAI, **fields: Any) -> Response:
     return cast(Response, client.responses.create(**cast(Any, {**GREEDY, **fields})))
 
 
-def test_a_continued_response_is_the_response_to_the_whole_conversation(client: openai.OpenAI) -> None:
+def ada_conversation(
+    client: openai.OpenAI, continuing: openai.OpenAI | None = None
+) -> tuple[Response, Response, Response]:
+    """A first response, one continuing it (on `continuing`, another gateway replica, if given), and
+    the response to the whole conversation sent at once (not stored)."""
     first = _respond(client, instructions="Answer briefly.", input="My name is Ada.", max_output_tokens=8)
-    assert first.to_dict()["store"] is True and first.previous_response_id is None
     second = _respond(
-        client, instructions="Answer briefly.", previous_response_id=first.id, input="What is my name?",
-        max_output_tokens=8,
+        continuing or client, instructions="Answer briefly.", previous_response_id=first.id,
+        input="What is my name?", max_output_tokens=8,
     )  # fmt: skip
     whole = _respond(
         client,
@@ -44,6 +47,12 @@ def test_a_continued_response_is_the_response_to_the_whole_conversation(client: 
         max_output_tokens=8,
         store=False,
     )
+    return first, second, whole
+
+
+def test_a_continued_response_is_the_response_to_the_whole_conversation(client: openai.OpenAI) -> None:
+    first, second, whole = ada_conversation(client)
+    assert first.to_dict()["store"] is True and first.previous_response_id is None
     assert second.previous_response_id == first.id and whole.to_dict()["store"] is False
     assert second.output_text == whole.output_text
     assert second.usage is not None and whole.usage is not None

@@ -198,6 +198,19 @@ def test_the_responses_store_size_reaches_the_gateway_through_serve(tmp_path: Pa
         config = ServeConfig.on_free_ports(tmp_path, "NGRAM", **overrides)
         argv = list(next(p for p in services(config) if p.name == "gateway").argv)
         assert argv[argv.index("--responses-store-size") + 1] == str(size or DEFAULT_RESPONSES_STORE_SIZE)
+        assert "--responses-store-url" not in argv
+    url = "redis://127.0.0.1:6399/2"
+    ns = build_parser().parse_args(["serve", "--responses-store-url", url, "--responses-store-ttl", "60"])
+    config = ServeConfig.on_free_ports(
+        tmp_path,
+        "NGRAM",
+        responses_store_url=ns.responses_store_url,
+        responses_store_ttl_s=ns.responses_store_ttl,
+    )
+    argv = list(next(p for p in services(config) if p.name == "gateway").argv)
+    gateway = build_parser().parse_args(argv)
+    assert (gateway.responses_store_url, gateway.responses_store_ttl) == (url, 60)
+    assert _exit_code(["serve", "--responses-store-ttl", "0"]) == 2
 
 
 def test_the_scheduling_policy_reaches_the_engine_through_serve_and_verifier(tmp_path: Path) -> None:

@@ -36,16 +36,16 @@ class BackgroundResponses:
         self._logs: OrderedDict[str, EventLog] = OrderedDict()
         self._kept_logs = kept_logs
 
-    def start(self, job: ResponseJob) -> dict[str, Any]:
+    async def start(self, job: ResponseJob) -> dict[str, Any]:
         """Store the response as in progress and start making it; what the request is answered with."""
-        begun = self._begin(job)
+        begun = await self._begin(job)
         self._run(job, self._make(job))
         return begun
 
-    def start_streamed(self, job: ResponseJob, events: AsyncGenerator[Event, None]) -> EventLog:
+    async def start_streamed(self, job: ResponseJob, events: AsyncGenerator[Event, None]) -> EventLog:
         """Store the response as in progress and start making it from `events`, its typed events
         going into the log that the request (and any later client) follows."""
-        self._begin(job)
+        await self._begin(job)
         events_log = EventLog()
         self._logs[job.run.id] = events_log
         self._run(job, self._make_streamed(job, events, events_log))
@@ -55,7 +55,7 @@ class BackgroundResponses:
         """The event log of a streamed background response, while it is kept."""
         return self._logs.get(response_id)
 
-    def cancel(self, response_id: str) -> dict[str, Any] | None:
+    async def cancel(self, response_id: str) -> dict[str, Any] | None:
         """Stop making the response and store it as cancelled; None when none of that id is being made."""
         making = self._making.get(response_id)
         if making is None or making[1].done():  # done: stored already, as it ended
@@ -63,7 +63,7 @@ class BackgroundResponses:
         job, task = self._making.pop(response_id)
         task.cancel()  # closes its generation: the verifier frees the request
         cancelled = job.body(None, "cancelled")
-        job.keep(cancelled)
+        await job.keep(cancelled)
         events_log = self._logs.get(response_id)
         if events_log is not None and not events_log.closed:  # its followers learn why it ends
             cancelling = error_event("response_cancelled", "The response was cancelled.")
@@ -71,20 +71,20 @@ class BackgroundResponses:
             events_log.close()
         return cancelled
 
-    def forget(self, response_id: str) -> None:
+    async def forget(self, response_id: str) -> None:
         """Cancel the response if it is being made, and drop its events (it is deleted)."""
-        self.cancel(response_id)
+        await self.cancel(response_id)
         self._logs.pop(response_id, None)
 
     async def close(self) -> None:
         """Cancel every response still being made (the gateway is stopping)."""
         tasks = [task for _, task in self._making.values()]
         for response_id in list(self._making):
-            self.cancel(response_id)
+            await self.cancel(response_id)
         await asyncio.gather(*tasks, return_exceptions=True)
 
     @staticmethod
-    def _begin(job: ResponseJob) -> dict[str, Any]:
+    async def _begin(job: ResponseJob) -> dict[str, Any]:
         if not job.stores:
             raise APIError(
                 400,
@@ -94,7 +94,7 @@ class BackgroundResponses:
                 param="background",
             )
         begun = job.body(None, "in_progress")
-        job.keep(begun)
+        await job.keep(begun)
         return begun
 
     def _run(self, job: ResponseJob, making: Coroutine[Any, Any, None]) -> None:
@@ -108,10 +108,10 @@ class BackgroundResponses:
         try:
             await job.whole()
         except APIError as error:
-            job.keep(_failed(job, error.code or "server_error", error.message))
+            await job.keep(_failed(job, error.code or "server_error", error.message))
         except Exception as exc:  # recorded in the response: nobody awaits the task to raise it to
             log.exception("background response %s failed", job.run.id)
-            job.keep(_failed(job, "server_error", f"The response could not be made: {exc!r}"))
+            await job.keep(_failed(job, "server_error", f"The response could not be made: {exc!r}"))
 
     async def _make_streamed(
         self, job: ResponseJob, events: AsyncGenerator[Event, None], out: EventLog
@@ -133,7 +133,7 @@ class BackgroundResponses:
         finally:
             if failure is not None and not out.closed:
                 failed = _failed(job, *failure)
-                job.keep(failed)
+                await job.keep(failed)
                 out.append({"type": "response.failed", "response": failed, "sequence_number": len(out)})
             out.close()
             self._trim_logs()

@@ -44,10 +44,12 @@ class ResponseJob:
         """The request's input items as GET .../input_items lists them, their ids made once."""
         return tuple(listed_item(item) for item in self.request.items)
 
-    def keep(self, payload: dict[str, Any]) -> None:
+    async def keep(self, payload: dict[str, Any]) -> None:
         """Store the response as it stands now, if its request asks to and the store keeps any."""
         if self.stores:
-            self.store.put(StoredResponse.of(payload, self.request.items, self.earlier, self.listed_input))
+            await self.store.put(
+                StoredResponse.of(payload, self.request.items, self.earlier, self.listed_input)
+            )
 
     def body(self, output: ResponseOutput | None, status: str) -> dict[str, Any]:
         """The response object: begun (no output yet), or with its output and figures."""
@@ -72,7 +74,7 @@ class ResponseJob:
         output.feed(_whole(reply), self._logprobs([entry for entry, _ in outcome.logprobs(0)]))
         output.finish(status)
         payload = self.body(output, status)
-        self.keep(payload)
+        await self.keep(payload)
         return payload
 
     async def stream(self, events: AsyncGenerator[Event, None]) -> AsyncIterator[dict[str, Any]]:
@@ -103,7 +105,7 @@ class ResponseJob:
         finally:
             await events.aclose()
         final = self.body(output, status)
-        self.keep(final)
+        await self.keep(final)
         yield numbered({"type": f"response.{status}", "response": final})
 
     def _logprobs(self, entries: Sequence[TokenLogprob]) -> list[dict[str, Any]]:

@@ -2,20 +2,21 @@
 continues, `GET /v1/responses/{id}` reads back, `GET /v1/responses/{id}/input_items` lists and
 `DELETE /v1/responses/{id}` removes.
 
-They are kept in the gateway's memory, at most `capacity` of them (`--responses-store-size`), the
-least recently used going first. A stored response keeps the conversation a response continuing it
-starts from: the earlier turns it continued, its own input and its output, as input items (the
-instructions are not carried over, as on OpenAI's service). With several gateway replicas, each
-keeps its own: send a conversation's requests to one replica, or its whole input every time.
+A stored response keeps the conversation a response continuing it starts from: the earlier turns it
+continued, its own input and its output, as input items (the instructions are not carried over, as
+on OpenAI's service). They are kept at most `capacity` of them (`--responses-store-size`), the least
+recently used going first: in the gateway's memory (`MemoryResponseStore`), or in Redis
+(`--responses-store-url`, responses_api/redis_store.py), which every gateway replica shares.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import TypeAdapter
 
@@ -50,9 +51,36 @@ class StoredResponse:
     def id(self) -> str:
         return str(self.body["id"])
 
+    def to_json(self) -> str:
+        conversation = [
+            item.model_dump(mode="json", by_alias=True, exclude_none=True) for item in self.conversation
+        ]
+        return json.dumps({"body": self.body, "input_items": self.input_items, "conversation": conversation})
 
-class ResponseStore:
-    """The stored responses, by id; at most `capacity` (0: none is stored)."""
+    @classmethod
+    def from_json(cls, text: str | bytes) -> StoredResponse:
+        data = json.loads(text)
+        conversation = tuple(_ITEMS.validate_python(data["conversation"]))
+        return cls(data["body"], tuple(data["input_items"]), conversation)
+
+
+class ResponseStore(Protocol):
+    """The stored responses, by id; `get` and `delete` raise a 404 for an id not stored."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    async def put(self, response: StoredResponse) -> None: ...
+
+    async def get(self, response_id: str, param: str | None = None) -> StoredResponse: ...
+
+    async def delete(self, response_id: str) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class MemoryResponseStore:
+    """In the gateway's memory: at most `capacity` (0: none is stored)."""
 
     def __init__(self, capacity: int) -> None:
         if capacity < 0:
@@ -67,7 +95,7 @@ class ResponseStore:
     def __len__(self) -> int:
         return len(self._responses)
 
-    def put(self, response: StoredResponse) -> None:
+    async def put(self, response: StoredResponse) -> None:
         if not self.enabled:
             return
         self._responses[response.id] = response
@@ -75,23 +103,30 @@ class ResponseStore:
         while len(self._responses) > self.capacity:
             self._responses.popitem(last=False)
 
-    def get(self, response_id: str, param: str | None = None) -> StoredResponse:
-        """The stored response; a 404 when there is none (`param`: the request field that named it)."""
+    async def get(self, response_id: str, param: str | None = None) -> StoredResponse:
         response = self._responses.get(response_id)
         if response is None:
-            what = "Previous response" if param == "previous_response_id" else "Response"
-            raise APIError(
-                404,
-                f"{what} with id '{response_id}' not found.",
-                code="previous_response_not_found" if param else "not_found",
-                param=param,
-            )
+            raise not_found(response_id, param)
         self._responses.move_to_end(response_id)
         return response
 
-    def delete(self, response_id: str) -> None:
-        self.get(response_id)
+    async def delete(self, response_id: str) -> None:
+        await self.get(response_id)
         del self._responses[response_id]
+
+    async def close(self) -> None:
+        pass
+
+
+def not_found(response_id: str, param: str | None) -> APIError:
+    """The 404 for a response that is not stored (`param`: the request field that named it)."""
+    what = "Previous response" if param == "previous_response_id" else "Response"
+    return APIError(
+        404,
+        f"{what} with id '{response_id}' not found.",
+        code="previous_response_not_found" if param else "not_found",
+        param=param,
+    )
 
 
 def listed_item(item: InputItem) -> dict[str, Any]:

@@ -31,26 +31,27 @@ async def create_response(
     body: ResponsesRequest, request: Request, state: Annotated[GatewayState, Depends(gateway_state)]
 ) -> Response:
     state.check_model(body.model)
-    earlier = _earlier(state, body)
+    earlier = await _earlier(state, body)
     run, replies = await start_chat(state, body.chat_request(earlier), "resp_", prompt_param="input")
     lp_format = LogprobFormat(state.tokenizer.token_texts) if body.logprobs else None
     job = ResponseJob(body, run, replies, state.responses, earlier, lp_format)
     if body.background and body.streams:  # followed by this request, and later by any other
-        return event_stream(sse_events(state.background.start_streamed(job, run.events()).follow()))
+        events_log = await state.background.start_streamed(job, run.events())
+        return event_stream(sse_events(events_log.follow()))
     if body.background:
-        return JSONResponse(state.background.start(job))
+        return JSONResponse(await state.background.start(job))
     if body.streams:
         events = await cancel_on_disconnect(request, primed(run.events()))
         return event_stream(sse_events(job.stream(events)))
     return JSONResponse(await cancel_on_disconnect(request, job.whole()))
 
 
-def _earlier(state: GatewayState, body: ResponsesRequest) -> tuple[InputItem, ...]:
+async def _earlier(state: GatewayState, body: ResponsesRequest) -> tuple[InputItem, ...]:
     """The conversation the request continues: its previous response's (a 404 if none is stored, a
     400 while it is still being made in the background)."""
     if body.previous_response_id is None:
         return ()
-    previous = state.responses.get(body.previous_response_id, "previous_response_id")
+    previous = await state.responses.get(body.previous_response_id, "previous_response_id")
     if previous.body["status"] in UNFINISHED:
         raise APIError(
             400,

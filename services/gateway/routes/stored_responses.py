@@ -30,7 +30,7 @@ async def retrieve_response(
 ) -> dict[str, Any] | Response:
     """The stored response; with `stream`, the events of one made in the background with `stream`,
     those after sequence number `starting_after` (all without it), then each as it is made."""
-    body = state.responses.get(response_id).body
+    body = (await state.responses.get(response_id)).body
     if not stream:
         return body
     events = state.background.events(response_id)
@@ -51,8 +51,8 @@ async def delete_response(
     response_id: str, state: Annotated[GatewayState, Depends(gateway_state)]
 ) -> dict[str, Any]:
     """A background response still being made stops first (it would be stored again as it ends)."""
-    state.background.forget(response_id)
-    state.responses.delete(response_id)
+    await state.background.forget(response_id)
+    await state.responses.delete(response_id)
     return {"id": response_id, "object": "response", "deleted": True}
 
 
@@ -62,10 +62,10 @@ async def cancel_response(
 ) -> dict[str, Any]:
     """A background response still being made stops, and is stored as cancelled; one cancelled
     already is answered as it is."""
-    cancelled = state.background.cancel(response_id)
+    cancelled = await state.background.cancel(response_id)
     if cancelled is not None:
         return cancelled
-    body = state.responses.get(response_id).body
+    body = (await state.responses.get(response_id)).body
     if body["status"] == "cancelled":
         return body
     if not body["background"]:
@@ -83,7 +83,7 @@ async def list_input_items(
 ) -> dict[str, Any]:
     """The response's own input items (newest first by default), `limit` of them after the item
     `after`."""
-    items = list(state.responses.get(response_id).input_items)
+    items = list((await state.responses.get(response_id)).input_items)
     if order == "desc":
         items.reverse()
     start = 0

@@ -3,13 +3,14 @@ are listed, and the store's bound (the routes run in tests/services/test_gateway
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from treespec.gateway.errors import APIError
 from treespec.gateway.responses_api.request import ResponsesRequest
-from treespec.gateway.responses_api.store import ResponseStore, StoredResponse
+from treespec.gateway.responses_api.store import MemoryResponseStore, StoredResponse
 
 
 def _request(**fields: Any) -> ResponsesRequest:
@@ -85,32 +86,49 @@ def test_input_items_are_listed_with_ids_and_text_parts() -> None:
 
 
 def test_the_store_keeps_the_most_recently_used_up_to_its_capacity() -> None:
-    store = ResponseStore(2)
-    for name in ("a", "b"):
-        store.put(StoredResponse.of(_body(name), _request(input=name).items, ()))
-    assert store.get("a").id == "a"  # used: b is now the oldest
-    store.put(StoredResponse.of(_body("c"), _request(input="c").items, ()))
-    assert len(store) == 2 and store.get("a").id == "a" and store.get("c").id == "c"
-    with pytest.raises(APIError) as gone:
-        store.get("b")
-    assert (gone.value.status, gone.value.code, gone.value.param) == (404, "not_found", None)
-    store.delete("a")
-    with pytest.raises(APIError) as deleted:
-        store.get("a", "previous_response_id")
-    error = deleted.value
-    assert (error.status, error.code, error.param) == (
-        404,
-        "previous_response_not_found",
-        "previous_response_id",
-    )
-    assert error.message == "Previous response with id 'a' not found."
-    with pytest.raises(APIError):
-        store.delete("a")
+    async def scenario() -> None:
+        store = MemoryResponseStore(2)
+        for name in ("a", "b"):
+            await store.put(StoredResponse.of(_body(name), _request(input=name).items, ()))
+        assert (await store.get("a")).id == "a"  # used: b is now the oldest
+        await store.put(StoredResponse.of(_body("c"), _request(input="c").items, ()))
+        assert len(store) == 2 and (await store.get("a")).id == "a" and (await store.get("c")).id == "c"
+        with pytest.raises(APIError) as gone:
+            await store.get("b")
+        assert (gone.value.status, gone.value.code, gone.value.param) == (404, "not_found", None)
+        await store.delete("a")
+        with pytest.raises(APIError) as deleted:
+            await store.get("a", "previous_response_id")
+        error = deleted.value
+        assert (error.status, error.code, error.param) == (
+            404,
+            "previous_response_not_found",
+            "previous_response_id",
+        )
+        assert error.message == "Previous response with id 'a' not found."
+        with pytest.raises(APIError):
+            await store.delete("a")
+
+    asyncio.run(scenario())
 
 
 def test_a_store_of_size_zero_keeps_nothing() -> None:
-    store = ResponseStore(0)
-    store.put(StoredResponse.of(_body("a"), _request(input="a").items, ()))
+    store = MemoryResponseStore(0)
+    asyncio.run(store.put(StoredResponse.of(_body("a"), _request(input="a").items, ())))
     assert not store.enabled and len(store) == 0
     with pytest.raises(ValueError, match="negative"):
-        ResponseStore(-1)
+        MemoryResponseStore(-1)
+
+
+def test_a_stored_response_reads_back_from_its_json_as_it_was() -> None:
+    request = _request(
+        input=[
+            {"role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+            {"type": "function_call_output", "call_id": "call_1", "output": "1"},
+        ]
+    )
+    earlier = StoredResponse.of(
+        _body("resp_0", [THOUGHT, REPLY, CALL]), _request(input="I am Ada.").items, ()
+    )
+    stored = StoredResponse.of(_body("resp_1", [REPLY]), request.items, earlier.conversation)
+    assert StoredResponse.from_json(stored.to_json()) == stored

@@ -1,0 +1,77 @@
+"""Two gateway replicas with their responses in one real Redis (`--responses-store-url`), before the
+package's verifier, through the OpenAI SDK: a response made on one replica is read, continued and
+deleted on the other, and the continued response equals the one sent whole; a background response
+made on one is polled on the other until it is done; with Redis down a response is still answered,
+and reading one back is a 503 until Redis is back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.redis_server import RedisServer
+from tests.services.gateway_stack import KEY, Service, start_gateway
+from tests.services.test_gateway_stored_responses import _poll, _respond, ada_conversation
+from treespec.shared.launcher.ports import free_port
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def replicas(
+    model_path: Path, verifier: int, redis_server: RedisServer, tmp_path: Path
+) -> Iterator[tuple[openai.OpenAI, openai.OpenAI]]:
+    flags = ("--responses-store-url", redis_server.url)
+    services: list[Service] = []
+    clients = []
+    try:
+        for _ in range(2):
+            port = free_port()
+            services.append(start_gateway(model_path, verifier, port, tmp_path, (KEY,), flags))
+            clients.append(openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0))
+        yield clients[0], clients[1]
+    finally:
+        for service in services:
+            service.stop()
+
+
+def test_a_response_made_on_one_replica_is_read_continued_and_deleted_on_the_other(
+    replicas: tuple[openai.OpenAI, openai.OpenAI],
+) -> None:
+    a, b = replicas
+    first, continued, whole = ada_conversation(a, continuing=b)
+    assert b.responses.retrieve(first.id).model_dump() == first.model_dump()
+    assert continued.output_text == whole.output_text and continued.previous_response_id == first.id
+    assert [item.id for item in a.responses.input_items.list(continued.id).data] == [
+        item.id for item in b.responses.input_items.list(continued.id).data
+    ]
+    b.responses.delete(first.id)
+    with pytest.raises(openai.NotFoundError):
+        a.responses.retrieve(first.id)
+
+
+def test_a_background_response_is_polled_on_the_other_replica(
+    replicas: tuple[openai.OpenAI, openai.OpenAI],
+) -> None:
+    a, b = replicas
+    begun = _respond(a, input="Name three fruits.", max_output_tokens=12, background=True)
+    polled = _poll(b, begun.id)
+    assert polled.status in ("completed", "incomplete") and polled.output_text
+
+
+def test_with_redis_down_responses_are_answered_and_reading_is_a_503(
+    replicas: tuple[openai.OpenAI, openai.OpenAI], redis_server: RedisServer
+) -> None:
+    a, b = replicas
+    redis_server.stop()
+    made = _respond(a, input="Say hi.", max_output_tokens=4)
+    assert made.status in ("completed", "incomplete") and made.output_text
+    with pytest.raises(openai.InternalServerError) as unavailable:
+        b.responses.retrieve(made.id)
+    assert unavailable.value.status_code == 503
+    redis_server.start()
+    again = _respond(a, input="Say hi.", max_output_tokens=4)
+    assert b.responses.retrieve(again.id).output_text == made.output_text
