@@ -58,10 +58,14 @@ def create_app(
         tracer = provider.get_tracer(TRACER_NAME)
         app.state.gateway = GatewayState(config, tokenizer, verifier, metrics, tracer, responses, background)
         warm_up = asyncio.create_task(_warm_up(verifier))
+        # Other replicas' orders about the background responses this one makes (a shared store).
+        orders = asyncio.create_task(background.follow(responses.orders())) if responses.shared else None
         try:
             yield
         finally:
             warm_up.cancel()
+            if orders is not None:
+                orders.cancel()
             await background.close()
             await responses.close()
             await verifier.close()

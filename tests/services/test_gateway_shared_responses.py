@@ -9,33 +9,45 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
 from tests.redis_server import RedisServer
 from tests.services.gateway_stack import KEY, Service, start_gateway
-from tests.services.test_gateway_stored_responses import _poll, _respond, ada_conversation
+from tests.services.test_gateway_stored_responses import (
+    _poll,
+    _respond,
+    _verifier_goes_idle,
+    ada_conversation,
+)
 from treespec.shared.launcher.ports import free_port
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def replicas(
+def gateways(
     model_path: Path, verifier: int, redis_server: RedisServer, tmp_path: Path
-) -> Iterator[tuple[openai.OpenAI, openai.OpenAI]]:
+) -> Iterator[list[tuple[Service, openai.OpenAI]]]:
+    """Two gateway replicas sharing the Redis store, each with its SDK client."""
     flags = ("--responses-store-url", redis_server.url)
-    services: list[Service] = []
-    clients = []
+    started: list[tuple[Service, openai.OpenAI]] = []
     try:
         for _ in range(2):
             port = free_port()
-            services.append(start_gateway(model_path, verifier, port, tmp_path, (KEY,), flags))
-            clients.append(openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0))
-        yield clients[0], clients[1]
+            service = start_gateway(model_path, verifier, port, tmp_path, (KEY,), flags)
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0)
+            started.append((service, client))
+        yield started
     finally:
-        for service in services:
+        for service, _ in started:
             service.stop()
+
+
+@pytest.fixture
+def replicas(gateways: list[tuple[Service, openai.OpenAI]]) -> tuple[openai.OpenAI, openai.OpenAI]:
+    return gateways[0][1], gateways[1][1]
 
 
 def test_a_response_made_on_one_replica_is_read_continued_and_deleted_on_the_other(
@@ -75,3 +87,34 @@ def test_with_redis_down_responses_are_answered_and_reading_is_a_503(
     redis_server.start()
     again = _respond(a, input="Say hi.", max_output_tokens=4)
     assert b.responses.retrieve(again.id).output_text == made.output_text
+
+
+STORY = {"input": "Write a very long story about a lighthouse keeper.", "max_output_tokens": 400}
+
+
+def test_a_background_response_is_cancelled_or_deleted_from_the_other_replica(
+    replicas: tuple[openai.OpenAI, openai.OpenAI], http: httpx.Client
+) -> None:
+    a, b = replicas
+    begun = _respond(a, background=True, **STORY)
+    cancelled = b.responses.cancel(begun.id)  # the replica making it stops it
+    assert cancelled.status == "cancelled" and a.responses.retrieve(begun.id).status == "cancelled"
+    assert _verifier_goes_idle(http)
+    doomed = _respond(a, background=True, **STORY)
+    b.responses.delete(doomed.id)
+    assert _verifier_goes_idle(http)
+    with pytest.raises(openai.NotFoundError):  # not stored again as it ended
+        a.responses.retrieve(doomed.id)
+
+
+def test_a_background_response_whose_replica_died_is_cancelled_by_another(
+    gateways: list[tuple[Service, openai.OpenAI]], http: httpx.Client
+) -> None:
+    (maker, a), (_, b) = gateways
+    begun = _respond(a, background=True, **STORY)
+    maker.process.kill()  # gone without storing how the response ended
+    maker.process.wait()
+    assert b.responses.retrieve(begun.id).status == "in_progress"
+    assert b.responses.cancel(begun.id).status == "cancelled"
+    assert b.responses.retrieve(begun.id).status == "cancelled"
+    assert _verifier_goes_idle(http)  # the dead replica's generation was cancelled with its connection

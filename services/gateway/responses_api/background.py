@@ -15,12 +15,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from treespec.gateway.errors import APIError
 from treespec.gateway.generation import Event
 from treespec.gateway.responses_api.event_log import EventLog, error_event
+from treespec.gateway.responses_api.store import StoreOrder
 
 if TYPE_CHECKING:  # job.py imports the run, which imports the gateway's state, which holds this
     from treespec.gateway.responses_api.job import ResponseJob
@@ -55,15 +56,17 @@ class BackgroundResponses:
         """The event log of a streamed background response, while it is kept."""
         return self._logs.get(response_id)
 
-    async def cancel(self, response_id: str) -> dict[str, Any] | None:
-        """Stop making the response and store it as cancelled; None when none of that id is being made."""
+    async def cancel(self, response_id: str, keep: bool = True) -> dict[str, Any] | None:
+        """Stop making the response and store it as cancelled (unless not `keep`: it is being
+        deleted); None when this gateway makes none of that id."""
         making = self._making.get(response_id)
         if making is None or making[1].done():  # done: stored already, as it ended
             return None
         job, task = self._making.pop(response_id)
         task.cancel()  # closes its generation: the verifier frees the request
         cancelled = job.body(None, "cancelled")
-        await job.keep(cancelled)
+        if keep:
+            await job.keep(cancelled)
         events_log = self._logs.get(response_id)
         if events_log is not None and not events_log.closed:  # its followers learn why it ends
             cancelling = error_event("response_cancelled", "The response was cancelled.")
@@ -73,8 +76,16 @@ class BackgroundResponses:
 
     async def forget(self, response_id: str) -> None:
         """Cancel the response if it is being made, and drop its events (it is deleted)."""
-        await self.cancel(response_id)
+        await self.cancel(response_id, keep=False)
         self._logs.pop(response_id, None)
+
+    async def follow(self, orders: AsyncIterator[StoreOrder]) -> None:
+        """Carry out the orders other gateway replicas give about the responses this one makes."""
+        async for order in orders:
+            if order.action == "cancel":
+                await self.cancel(order.response_id)
+            elif order.action == "forget":
+                await self.forget(order.response_id)
 
     async def close(self) -> None:
         """Cancel every response still being made (the gateway is stopping)."""

@@ -8,27 +8,37 @@ ranks them by last use on a counter of the store's own (not the replicas' clocks
 capacity drops the least recently used. Each operation is one Lua script, so one round trip and
 atomic among replicas.
 
+Replicas order each other about background responses (cancel one, forget a deleted one) on a pub/sub
+channel: each replica listens and carries out the orders about the responses it makes.
+
 Redis down or slow (each command waits `timeout_s` at most) never fails a response being made: it is
-answered as made, the store's warning logged once per outage, and not stored. Reading one back is a
-503 until Redis answers again (the client reconnects by itself).
+answered as made, the store's warning logged once per outage, and not stored. Reading one back, or
+an order, is a 503 until Redis answers again (the client reconnects by itself; the listener
+subscribes again).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import redis.asyncio as redis
 from redis.exceptions import RedisError
 
 from treespec.gateway.errors import APIError
-from treespec.gateway.responses_api.store import StoredResponse, not_found
+from treespec.gateway.responses_api.store import StoredResponse, StoreOrder, not_found
 
 log = logging.getLogger(__name__)
 
 PREFIX = "treespec:responses"
 DEFAULT_TTL_S = 30 * 24 * 3600
 TIMEOUT_S = 2.0
+ORDERS = f"{PREFIX}:orders"  # the replicas' pub/sub channel
+LISTEN_S = 1.0  # the listener's wait for a message between checks of its connection
+RESUBSCRIBE_S = 1.0
 
 # KEYS: the response's key, the ranking, the counter; ARGV: id, JSON, TTL, capacity, key prefix.
 _PUT = """
@@ -107,9 +117,38 @@ class RedisResponseStore:
     async def close(self) -> None:
         await self._client.aclose()
 
+    @property
+    def shared(self) -> bool:
+        return True
+
+    async def order(self, order: StoreOrder) -> None:
+        message = json.dumps({"action": order.action, "response_id": order.response_id})
+        await self._unavailable_as_503(self._client.publish(ORDERS, message))
+
+    async def orders(self) -> AsyncGenerator[StoreOrder, None]:
+        """Every replica's orders (this one's too), subscribing again after an outage (orders sent
+        meanwhile are lost, as pub/sub goes)."""
+        while True:
+            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(ORDERS)
+                while True:
+                    message = await pubsub.get_message(timeout=LISTEN_S)
+                    order = _order(message["data"]) if message is not None else None
+                    if order is not None:
+                        yield order
+            except RedisError as error:
+                self._failed(error)
+                await asyncio.sleep(RESUBSCRIBE_S)
+            finally:
+                await pubsub.aclose()
+
     async def _call(self, script: Any, response_id: str) -> Any:
+        return await self._unavailable_as_503(script(keys=self._keys(response_id), args=[response_id]))
+
+    async def _unavailable_as_503(self, command: Any) -> Any:
         try:
-            result = await script(keys=self._keys(response_id), args=[response_id])
+            result = await command
         except RedisError as error:
             self._failed(error)
             raise APIError(
@@ -136,3 +175,15 @@ class RedisResponseStore:
         if self._down:
             log.info("the responses store at %s answers again", self._url)
         self._down = False
+
+
+def _order(data: bytes | str) -> StoreOrder | None:
+    """A message on the channel as an order; None (logged) for one that is not."""
+    try:
+        fields = json.loads(data)
+        if fields["action"] in ("cancel", "forget") and isinstance(fields["response_id"], str):
+            return StoreOrder(fields["action"], fields["response_id"])
+    except (ValueError, KeyError, TypeError):
+        pass
+    log.warning("ignored a message on %s that is no order: %r", ORDERS, data)
+    return None

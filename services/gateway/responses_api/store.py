@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import TypeAdapter
 
@@ -64,8 +64,18 @@ class StoredResponse:
         return cls(data["body"], tuple(data["input_items"]), conversation)
 
 
+@dataclass(frozen=True)
+class StoreOrder:
+    """What one gateway replica asks the others about a background response that one of them makes:
+    `cancel` it (stored as cancelled), or `forget` it (stopped, not stored again: it is deleted)."""
+
+    action: Literal["cancel", "forget"]
+    response_id: str
+
+
 class ResponseStore(Protocol):
-    """The stored responses, by id; `get` and `delete` raise a 404 for an id not stored."""
+    """The stored responses, by id; `get` and `delete` raise a 404 for an id not stored. A store
+    shared by gateway replicas also carries their orders about background responses."""
 
     @property
     def enabled(self) -> bool: ...
@@ -77,6 +87,19 @@ class ResponseStore(Protocol):
     async def delete(self, response_id: str) -> None: ...
 
     async def close(self) -> None: ...
+
+    @property
+    def shared(self) -> bool:
+        """Whether other gateway replicas use it too (orders then reach them)."""
+        ...
+
+    async def order(self, order: StoreOrder) -> None:
+        """Tell every replica (a shared store only)."""
+        ...
+
+    def orders(self) -> AsyncIterator[StoreOrder]:
+        """Every replica's orders, as they come (a shared store only)."""
+        ...
 
 
 class MemoryResponseStore:
@@ -116,6 +139,16 @@ class MemoryResponseStore:
 
     async def close(self) -> None:
         pass
+
+    @property
+    def shared(self) -> bool:
+        return False
+
+    async def order(self, order: StoreOrder) -> None:
+        raise RuntimeError("a store in one gateway's memory has no other replicas to order")
+
+    def orders(self) -> AsyncIterator[StoreOrder]:
+        raise RuntimeError("a store in one gateway's memory has no other replicas to hear from")
 
 
 def not_found(response_id: str, param: str | None) -> APIError:

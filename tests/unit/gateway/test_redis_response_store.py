@@ -1,7 +1,8 @@
 """Stored responses in a real redis-server (started on a free port): two gateway replicas' stores
 share them, the capacity drops the least recently used across replicas, the TTL expires them; a
 Redis that is down or hung never fails storing (it is skipped), reading is a 503 meanwhile, and the
-store works again once Redis is back."""
+store works again once Redis is back; the replicas' orders reach every replica, and again after a
+Redis restart."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ import pytest
 from tests.redis_server import RedisServer
 from tests.unit.gateway.test_responses_store import REPLY, _body, _request
 from treespec.gateway.errors import APIError
-from treespec.gateway.responses_api.redis_store import RedisResponseStore
-from treespec.gateway.responses_api.store import StoredResponse
+from treespec.gateway.responses_api.redis_store import ORDERS, RedisResponseStore
+from treespec.gateway.responses_api.store import StoredResponse, StoreOrder
 
 
 def _stored(response_id: str, earlier: StoredResponse | None = None) -> StoredResponse:
@@ -115,3 +116,27 @@ def test_an_outage_skips_storing_makes_reading_a_503_and_passes(
         assert await _status(store, "before") == expected
 
     _run(scenario, RedisResponseStore(redis_server.url, 8, timeout_s=0.5))
+
+
+def test_orders_reach_every_replica_and_survive_a_redis_restart(redis_server: RedisServer) -> None:
+    async def scenario(a: RedisResponseStore, b: RedisResponseStore) -> None:
+        heard = b.orders()
+        listening = asyncio.ensure_future(anext(heard))
+        await asyncio.sleep(0.3)  # subscribed
+        await a._client.publish(ORDERS, "not an order")  # ignored
+        await a.order(StoreOrder("cancel", "resp_1"))
+        assert await asyncio.wait_for(listening, 5) == StoreOrder("cancel", "resp_1")
+        redis_server.stop()
+        with pytest.raises(APIError) as unavailable:
+            await a.order(StoreOrder("forget", "resp_2"))
+        assert unavailable.value.status == 503
+        listening = asyncio.ensure_future(anext(heard))
+        redis_server.start()
+        deadline = time.monotonic() + 10
+        while not listening.done() and time.monotonic() < deadline:  # until b has subscribed again
+            await a.order(StoreOrder("forget", "resp_2"))
+            await asyncio.sleep(0.3)
+        assert await asyncio.wait_for(listening, 1) == StoreOrder("forget", "resp_2")
+        await heard.aclose()
+
+    _run(scenario, RedisResponseStore(redis_server.url, 8), RedisResponseStore(redis_server.url, 8))
