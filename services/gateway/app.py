@@ -43,7 +43,7 @@ def create_app(
     """
     provider = tracer_provider or trace.get_tracer_provider()
     metrics = GatewayMetrics(registry if registry is not None else CollectorRegistry())
-    tokenizer = PromptTokenizer(config.model_path)
+    tokenizer = PromptTokenizer(config.model_path, config.chat_template)
     responses = response_store(config)
     background = BackgroundResponses()
 

@@ -7,6 +7,7 @@ import asyncio
 
 from treespec.gateway.chat_messages import template_messages
 from treespec.gateway.chat_reply import ChatReplies
+from treespec.gateway.chat_template import request_template
 from treespec.gateway.errors import APIError
 from treespec.gateway.function_calls import FunctionCalls
 from treespec.gateway.reasoning_parsers.base import ReasoningParser
@@ -26,16 +27,8 @@ async def start_chat(
     the request's field that a prompt error points at."""
     tools = _tool_calling(state, body)
     messages = template_messages(body.messages)
-    prompt = await asyncio.to_thread(
-        state.tokenizer.chat_prompt,
-        messages,
-        body.template_tools,
-        body.opens_turn,
-        body.template_kwargs,
-        body.continue_final_message,
-        body.documents,
-        bool(body.add_special_tokens),
-    )
+    template = request_template(body.chat_template, state.config.trust_request_chat_template)
+    prompt = await asyncio.to_thread(state.tokenizer.chat_prompt, messages, body.template_options(template))
     reasoning, grammar_after = _reasoning(state, body, prompt)
     prediction = await _prediction(state, body)
     run = await GenerationRun.start(

@@ -38,6 +38,10 @@ class GatewayConfig:
     # (responses expiring this many seconds after they were last written).
     responses_store_url: str | None = None
     responses_store_ttl_s: int = DEFAULT_RESPONSES_STORE_TTL_S
+    # The chat template (its text) instead of the model's own; None: the model's.
+    chat_template: str | None = None
+    # Whether a request may bring its own chat template (vLLM's `chat_template` field).
+    trust_request_chat_template: bool = False
 
     def __post_init__(self) -> None:
         if not self.verifier_addresses:

@@ -32,6 +32,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from treespec.gateway.chat_messages import ChatMessage
+from treespec.gateway.chat_template import ChatTemplateField, TemplateOptions
 from treespec.gateway.errors import quotable
 from treespec.gateway.prediction import Prediction
 from treespec.gateway.prompt_ending import PromptEndingFields
@@ -203,7 +204,7 @@ class SamplingFields(ConstraintFields):
         )
 
 
-class ChatCompletionRequest(SamplingFields, PromptEndingFields):
+class ChatCompletionRequest(SamplingFields, PromptEndingFields, ChatTemplateField):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
     # Accepted and ignored (hints for OpenAI's own service: storage, tiers, abuse detection, routing
@@ -356,6 +357,18 @@ class ChatCompletionRequest(SamplingFields, PromptEndingFields):
     def auto_tool_choice(self) -> bool:
         """The model decides whether to call its tools: "auto", the default with tools."""
         return bool(self.offered_tools) and self.chosen_tool in ("auto", None)
+
+    def template_options(self, chat_template: str | None) -> TemplateOptions:
+        """How its messages are rendered; `chat_template`: its own template, where the server takes it."""
+        return TemplateOptions(
+            self.template_tools,
+            self.opens_turn,
+            self.template_kwargs,
+            self.continue_final_message,
+            self.documents,
+            bool(self.add_special_tokens),
+            chat_template,
+        )
 
     @property
     def template_tools(self) -> list[dict[str, Any]] | None:

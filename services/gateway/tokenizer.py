@@ -9,13 +9,17 @@ import jinja2
 import transformers
 from tokenizers import Tokenizer
 
+from treespec.gateway.chat_template import TemplateOptions
 from treespec.gateway.errors import APIError
 from treespec.gateway.token_text import TokenTexts
 
 
 class PromptTokenizer:
-    def __init__(self, model_path: Path) -> None:
+    def __init__(self, model_path: Path, chat_template: str | None = None) -> None:
+        """`chat_template`: the server's own (None: the model's)."""
         self._hf = transformers.AutoTokenizer.from_pretrained(model_path)
+        if chat_template is not None:
+            self._hf.chat_template = chat_template
         self.token_texts = TokenTexts(self.backend)  # for log-probabilities
 
     @property
@@ -25,36 +29,27 @@ class PromptTokenizer:
         return backend
 
     def chat_prompt(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        add_generation_prompt: bool = True,
-        template_kwargs: dict[str, Any] | None = None,
-        continue_final_message: bool = False,
-        documents: list[dict[str, str]] | None = None,
-        add_special_tokens: bool = False,
+        self, messages: list[dict[str, Any]], options: TemplateOptions | None = None
     ) -> list[int]:
-        """The chat template applied to `messages` (and `tools`, for a template that renders them),
-        ending with the assistant's turn opened (unless not `add_generation_prompt`), or inside the
-        final message, left open for the model to continue (`continue_final_message`);
-        `template_kwargs`: more variables for the template (`chat_template_kwargs`); `documents`: for
-        a retrieval-augmented template (Command R's, Granite's), as vLLM passes them;
-        `add_special_tokens`: the tokenizer's own special tokens (a BOS) added on top of the
-        template's text (vLLM's; off by default: the template writes them)."""
-        template_tools: list[Any] | None = tools
+        """The chat template applied to `messages` as `options` say (chat_template.py; None: the
+        defaults, the assistant's turn opened at the end)."""
+        options = options or TemplateOptions()
+        template_tools: list[Any] | None = options.tools
         try:
             text = self._hf.apply_chat_template(
                 messages,
                 tools=template_tools,
-                documents=documents,
-                add_generation_prompt=add_generation_prompt,
-                continue_final_message=continue_final_message,
+                documents=options.documents,
+                chat_template=options.chat_template,
+                add_generation_prompt=options.add_generation_prompt,
+                continue_final_message=options.continue_final_message,
                 tokenize=False,
-                **(template_kwargs or {}),
+                **(options.template_kwargs or {}),
             )
         except (jinja2.TemplateError, ValueError) as exc:
-            raise APIError(400, f"The chat template refused the messages: {exc}", param="messages") from exc
-        return list(self._hf.encode(str(text), add_special_tokens=add_special_tokens))
+            param = "chat_template" if options.chat_template is not None else "messages"
+            raise APIError(400, f"The chat template refused the messages: {exc}", param=param) from exc
+        return list(self._hf.encode(str(text), add_special_tokens=options.add_special_tokens))
 
     def text_prompt(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return list(self._hf.encode(text, add_special_tokens=add_special_tokens))

@@ -42,8 +42,32 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--max-body-bytes", type=positive_int, default=1 << 20, help="largest request body accepted"
     )
     add_reply_parser_arguments(p)
+    add_chat_template_arguments(p)
     add_responses_store_argument(p)
     p.set_defaults(handler=_run)
+
+
+def add_chat_template_arguments(p: argparse.ArgumentParser) -> None:
+    """vLLM's (and SGLang's) flags for the chat template."""
+    p.add_argument(
+        "--chat-template",
+        default=None,
+        metavar="FILE_OR_TEMPLATE",
+        help="the chat template to use instead of the model's: a Jinja file, or the template itself",
+    )
+    p.add_argument(
+        "--trust-request-chat-template",
+        action="store_true",
+        help="take a request's own chat template (its chat_template field; default: a 400)",
+    )
+
+
+def chat_template(ns: argparse.Namespace) -> str | None:
+    """The template --chat-template gives (its file read); a ValueError for one that is neither a
+    file nor a template that parses."""
+    from treespec.gateway.chat_template import load_chat_template
+
+    return None if ns.chat_template is None else load_chat_template(ns.chat_template)
 
 
 def add_responses_store_argument(p: argparse.ArgumentParser) -> None:
@@ -111,6 +135,7 @@ def _run(ns: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     try:
         parser = tool_call_parser(ns)
+        template = chat_template(ns)
     except ValueError as exc:
         print(f"treespec gateway: error: {exc}", file=sys.stderr)
         return 2
@@ -127,6 +152,8 @@ def _run(ns: argparse.Namespace) -> int:
         responses_store_size=ns.responses_store_size,
         responses_store_url=ns.responses_store_url,
         responses_store_ttl_s=ns.responses_store_ttl,
+        chat_template=template,
+        trust_request_chat_template=ns.trust_request_chat_template,
     )
     provider = build_tracer_provider("treespec-gateway")
     install_tracer_provider(provider)

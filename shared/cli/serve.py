@@ -17,8 +17,10 @@ from treespec.gateway.config import DEFAULT_RESPONSES_STORE_SIZE, DEFAULT_RESPON
 from treespec.shared.cli.arg_types import port, positive_int
 from treespec.shared.cli.engine_flags import EngineFlags, add_engine_arguments
 from treespec.shared.cli.gateway import (
+    add_chat_template_arguments,
     add_reply_parser_arguments,
     add_responses_store_argument,
+    chat_template,
     tool_call_parser,
 )
 from treespec.shared.cli.ngram_flags import option_arguments
@@ -67,6 +69,8 @@ class ServeConfig:
     responses_store_size: int = DEFAULT_RESPONSES_STORE_SIZE  # the gateway's
     responses_store_url: str | None = None  # the gateway's (None: in its memory)
     responses_store_ttl_s: int = DEFAULT_RESPONSES_STORE_TTL_S
+    chat_template: str | None = None  # the gateway's --chat-template (a file or the template)
+    trust_request_chat_template: bool = False
     node_cost: float | None = None  # None: the verifier measures it
     tree_cost: float | None = None  # with node_cost only
     # For COLOCATED_ALGORITHMS: the verifier's co-location socket, in a private (0700) directory.
@@ -144,6 +148,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--served-model-name", default=None)
     add_engine_arguments(p)
     add_reply_parser_arguments(p)
+    add_chat_template_arguments(p)
     add_responses_store_argument(p)
     add_plugin_arguments(p)
     p.set_defaults(handler=_run)
@@ -156,6 +161,7 @@ def _run(ns: argparse.Namespace) -> int:
         check_plugin_options(ns.speculative_algorithm, options)
         budget = resolve_budget(ns, ns.speculative_algorithm, options)
         parser = tool_call_parser(ns)
+        chat_template(ns)  # a template that cannot work stops serve before anything starts
         colocated = ns.speculative_algorithm.lower() in COLOCATED_ALGORITHMS
         if colocated and ns.device.startswith("cuda"):
             raise ValueError(CUDA_COLOCATION)
@@ -182,6 +188,8 @@ def _run(ns: argparse.Namespace) -> int:
         responses_store_size=ns.responses_store_size,
         responses_store_url=ns.responses_store_url,
         responses_store_ttl_s=ns.responses_store_ttl,
+        chat_template=ns.chat_template,
+        trust_request_chat_template=ns.trust_request_chat_template,
         drafter_options=options,
         node_cost=budget.node_cost,
         tree_cost=budget.tree_cost,
@@ -256,6 +264,10 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
     if c.reasoning_parser is not None:
         gateway += ["--reasoning-parser", c.reasoning_parser]
     gateway += ["--responses-store-size", str(c.responses_store_size)]
+    if c.chat_template is not None:
+        gateway += ["--chat-template", c.chat_template]
+    if c.trust_request_chat_template:
+        gateway += ["--trust-request-chat-template"]
     if c.responses_store_url is not None:
         gateway += ["--responses-store-url", c.responses_store_url]
         gateway += ["--responses-store-ttl", str(c.responses_store_ttl_s)]

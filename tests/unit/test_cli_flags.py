@@ -275,3 +275,25 @@ def test_serve_hands_the_engine_flags_on_to_its_verifier(tmp_path: Path, flags: 
 def test_serve_refuses_a_co_located_drafter_on_a_cuda_device(capsys: pytest.CaptureFixture[str]) -> None:
     assert _exit_code(["serve", "--speculative-algorithm", "EAGLE3", "--device", "cuda"]) == 2
     assert "CUDA IPC" in capsys.readouterr().err
+
+
+def test_the_chat_template_flags_reach_the_gateway_through_serve_and_a_bad_one_stops_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from treespec.shared.cli.serve import ServeConfig, services
+
+    for argv in (["serve"], ["gateway", "--verifier-address", "127.0.0.1:1"]):
+        assert _exit_code([*argv, "--chat-template", str(tmp_path / "missing.jinja")]) == 2
+        assert "neither a file nor a Jinja template" in capsys.readouterr().err
+        assert _exit_code([*argv, "--chat-template", "{% if %}"]) == 2
+        assert "does not parse" in capsys.readouterr().err
+    template = "{{ messages[0].content }}"
+    config = ServeConfig.on_free_ports(
+        tmp_path, "NGRAM", chat_template=template, trust_request_chat_template=True
+    )
+    argv = list(next(p for p in services(config) if p.name == "gateway").argv)
+    assert argv[argv.index("--chat-template") + 1] == template and "--trust-request-chat-template" in argv
+    plain = list(
+        next(p for p in services(ServeConfig.on_free_ports(tmp_path, "NGRAM")) if p.name == "gateway").argv
+    )
+    assert "--chat-template" not in plain and "--trust-request-chat-template" not in plain

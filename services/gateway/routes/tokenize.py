@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
 from treespec.gateway.chat_messages import ChatMessage, template_messages
+from treespec.gateway.chat_template import ChatTemplateField, TemplateOptions, request_template
 from treespec.gateway.errors import APIError
 from treespec.gateway.prompt_ending import PromptEndingFields
 from treespec.gateway.sampling import check_token_ids
@@ -20,7 +21,7 @@ from treespec.gateway.tool_schemas import MAX_TOOLS, ToolDef, template_tools
 router = APIRouter()
 
 
-class TokenizeRequest(PromptEndingFields):
+class TokenizeRequest(PromptEndingFields, ChatTemplateField):
     """Either a `prompt` (text, as /v1/completions takes it) or chat `messages` (as /v1/chat/completions
     renders them)."""
 
@@ -62,18 +63,17 @@ async def tokenize(
         raise APIError(400, "Give either 'prompt' or 'messages'.", code="invalid_value")
     tokenizer = state.tokenizer
     if body.messages is not None:
-        messages = template_messages(body.messages)
-        tools = template_tools(body.tools)
-        ids = await asyncio.to_thread(
-            tokenizer.chat_prompt,
-            messages,
-            tools,
+        template = request_template(body.chat_template, state.config.trust_request_chat_template)
+        options = TemplateOptions(
+            template_tools(body.tools),
             body.opens_turn,
             body.chat_template_kwargs,
             body.continue_final_message,
             body.documents,
             bool(body.add_special_tokens),
+            template,
         )
+        ids = await asyncio.to_thread(tokenizer.chat_prompt, template_messages(body.messages), options)
     else:
         assert body.prompt is not None
         special = True if body.add_special_tokens is None else body.add_special_tokens

@@ -175,7 +175,7 @@ def test_function_results_reach_the_template_answering_their_calls(tools_tokeniz
             "functions": [{"name": "get_time"}],
         }
     )
-    ids = tools_tokenizer.chat_prompt(template_messages(body.messages), body.template_tools)
+    ids = tools_tokenizer.chat_prompt(template_messages(body.messages), body.template_options(None))
     prompt = tools_tokenizer.decode(ids, skip_special_tokens=False)
     assert prompt == (
         "<|im_start|>user\nTime in Oslo?<|im_end|>\n"

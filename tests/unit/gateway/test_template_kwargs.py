@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from treespec.gateway.chat_template import TemplateOptions
 from treespec.gateway.reasoning_parsers.think import Qwen3Parser
 from treespec.gateway.schemas import ChatCompletionRequest
 from treespec.gateway.tokenizer import PromptTokenizer
@@ -41,7 +42,9 @@ def thinking_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> PromptTokeni
 def test_template_kwargs_reach_the_template(thinking_tokenizer: PromptTokenizer) -> None:
     messages = [{"role": "user", "content": "What is 2 + 2?"}]
     thinking = thinking_tokenizer.decode(thinking_tokenizer.chat_prompt(messages), skip_special_tokens=False)
-    ids = thinking_tokenizer.chat_prompt(messages, template_kwargs={"enable_thinking": False})
+    ids = thinking_tokenizer.chat_prompt(
+        messages, TemplateOptions(template_kwargs={"enable_thinking": False})
+    )
     answering = thinking_tokenizer.decode(ids, skip_special_tokens=False)
     assert thinking.endswith("<|im_start|>assistant\n")
     assert answering == thinking + "<think>\n\n</think>\n\n"
@@ -55,7 +58,7 @@ def test_reasoning_effort_reaches_the_template(thinking_tokenizer: PromptTokeniz
     messages = [{"role": "user", "content": "What is 2 + 2?"}]
     fields = {"model": "m", "messages": messages, "reasoning_effort": "low"}
     body = ChatCompletionRequest.model_validate(fields)
-    ids = thinking_tokenizer.chat_prompt(messages, template_kwargs=body.template_kwargs)
+    ids = thinking_tokenizer.chat_prompt(messages, TemplateOptions(template_kwargs=body.template_kwargs))
     prompt = thinking_tokenizer.decode(ids, skip_special_tokens=False)
     assert prompt.startswith("<|im_start|>system\nReasoning: low<|im_end|>\n<|im_start|>user\n")
     plain = thinking_tokenizer.decode(thinking_tokenizer.chat_prompt(messages), skip_special_tokens=False)
@@ -64,7 +67,9 @@ def test_reasoning_effort_reaches_the_template(thinking_tokenizer: PromptTokeniz
 
 def test_continue_final_message_leaves_the_reply_open(thinking_tokenizer: PromptTokenizer) -> None:
     messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "The answer is"}]
-    ids = thinking_tokenizer.chat_prompt(messages, add_generation_prompt=False, continue_final_message=True)
+    ids = thinking_tokenizer.chat_prompt(
+        messages, TemplateOptions(add_generation_prompt=False, continue_final_message=True)
+    )
     assert thinking_tokenizer.decode(ids, skip_special_tokens=False).endswith(
         "<|im_start|>assistant\nThe answer is"
     )
@@ -78,11 +83,11 @@ def test_documents_reach_the_template(thinking_tokenizer: PromptTokenizer) -> No
     messages = [{"role": "user", "content": "Where is the key?"}]
     documents = [{"title": "note", "text": "The key is under the mat."}]
     body = ChatCompletionRequest.model_validate({"model": "m", "messages": messages, "documents": documents})
-    ids = thinking_tokenizer.chat_prompt(messages, documents=body.documents)
+    ids = thinking_tokenizer.chat_prompt(messages, body.template_options(None))
     prompt = thinking_tokenizer.decode(ids, skip_special_tokens=False)
     assert prompt.startswith("<|im_start|>system\n[note] The key is under the mat.\n<|im_end|>\n")
     smol = PromptTokenizer(resolve_model_path(None, models_dir()))
-    assert smol.chat_prompt(messages, documents=documents) == smol.chat_prompt(messages)
+    assert smol.chat_prompt(messages, TemplateOptions(documents=documents)) == smol.chat_prompt(messages)
     with pytest.raises(ValueError, match="documents"):
         ChatCompletionRequest.model_validate({"model": "m", "messages": messages, "documents": [{"t": 1}]})
 
@@ -108,7 +113,7 @@ def test_add_special_tokens_adds_the_tokenizer_s_own(tmp_path: Path) -> None:
         {"model": "m", "messages": messages, "add_special_tokens": True}
     )
     plain = tokenizer.chat_prompt(messages)
-    assert tokenizer.chat_prompt(messages, add_special_tokens=bool(body.add_special_tokens)) == [
+    assert tokenizer.chat_prompt(messages, body.template_options(None)) == [
         bos[1],
         *plain,
     ]
