@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -33,6 +34,8 @@ _UNAVAILABLE = (
     grpc.StatusCode.DEADLINE_EXCEEDED,
     grpc.StatusCode.RESOURCE_EXHAUSTED,
 )
+PROFILE_EXPORT_S = 120.0  # writing a long trace out takes a while
+T = TypeVar("T")
 _SCHEMES = ("dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:")
 
 
@@ -165,13 +168,23 @@ class VerifierClient:
     async def flush_cache(self) -> int:
         """Have the verifier forget its cached prefixes; the KV blocks it gave back. A 400 while it
         runs requests. With several replicas, the one the call reaches."""
-        try:
-            reply = await self._stub.FlushCache(verifier_pb2.FlushCacheRequest(), timeout=self._timeout_s)
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
-                raise APIError(400, exc.details() or "the verifier is busy", code="engine_busy") from exc
-            raise api_error(exc) from exc
+        call = self._stub.FlushCache(verifier_pb2.FlushCacheRequest(), timeout=self._timeout_s)
+        reply = await _in_state(call, "engine_busy")
         return int(reply.freed_blocks)
+
+    async def start_profile(self, num_steps: int, record_shapes: bool) -> str:
+        """Have the verifier record a profiler trace; where it will write it. A 400 when it records
+        none (started without --profile-dir) or records one already. With several replicas, the one
+        the call reaches."""
+        request = verifier_pb2.StartProfileRequest(num_steps=num_steps, record_shapes=record_shapes)
+        reply = await _in_state(self._stub.StartProfile(request, timeout=self._timeout_s), "profiler_state")
+        return str(reply.trace_path)
+
+    async def stop_profile(self) -> str:
+        """Stop the trace and have it written (exporting takes a while); where. A 400 when none runs."""
+        call = self._stub.StopProfile(verifier_pb2.StopProfileRequest(), timeout=PROFILE_EXPORT_S)
+        reply = await _in_state(call, "profiler_state")
+        return str(reply.trace_path)
 
     async def close(self) -> None:
         await self._channel.close()
@@ -193,3 +206,14 @@ class VerifierClient:
     async def _get_model_info(self) -> verifier_pb2.ModelInfo:
         request = verifier_pb2.GetModelInfoRequest()
         return await self._stub.GetModelInfo(request, timeout=self._timeout_s)
+
+
+async def _in_state(call: Awaitable[T], code: str) -> T:
+    """An admin call's reply; the verifier's FAILED_PRECONDITION (its state does not allow the call)
+    as a 400 with `code`, other errors as their HTTP statuses."""
+    try:
+        return await call
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
+            raise APIError(400, exc.details() or "the verifier cannot do that now", code=code) from exc
+        raise api_error(exc) from exc

@@ -27,7 +27,7 @@ from treespec.shared.cli.ngram_flags import option_arguments
 from treespec.shared.cli.plugin_flags import add_plugin_arguments, check_plugin_options, plugin_options
 from treespec.shared.cli.speculation_flags import add_budget_arguments, default_budget, resolve_budget
 from treespec.shared.cli.speculative_config import add_speculative_config_argument
-from treespec.shared.cli.verifier import CUDA_COLOCATION
+from treespec.shared.cli.verifier import CUDA_COLOCATION, add_profile_argument
 from treespec.shared.launcher.colocation_paths import SOCKET_NAME, draft_socket, local_address
 from treespec.shared.launcher.health import grpc_serving, http_ok
 from treespec.shared.launcher.ports import free_port
@@ -64,6 +64,7 @@ class ServeConfig:
     verifier_metrics_port: int | None
     drafter_options: dict[str, Any] = field(default_factory=dict)  # plugin options (NGRAM flags)
     engine: EngineFlags = field(default_factory=EngineFlags)  # the verifier's engine flags
+    profile_dir: Path | None = None  # the verifier's: where profiler traces go (None: off)
     tool_call_parser: str | None = None  # the gateway's, for tool_choice "auto"
     reasoning_parser: str | None = None  # the gateway's, for thinking models
     responses_store_size: int = DEFAULT_RESPONSES_STORE_SIZE  # the gateway's
@@ -147,6 +148,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--api-key", action="append", default=[], help="accepted API key (repeatable)")
     p.add_argument("--served-model-name", default=None)
     add_engine_arguments(p)
+    add_profile_argument(p)
     add_reply_parser_arguments(p)
     add_chat_template_arguments(p)
     add_responses_store_argument(p)
@@ -183,6 +185,7 @@ def _run(ns: argparse.Namespace) -> int:
         served_model_name=ns.served_model_name,
         verifier_metrics_port=ns.verifier_metrics_port,
         engine=EngineFlags.of(ns),
+        profile_dir=ns.profile_dir,
         tool_call_parser=parser,
         reasoning_parser=ns.reasoning_parser,
         responses_store_size=ns.responses_store_size,
@@ -240,6 +243,8 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
     if c.served_model_name:
         verifier += ["--served-model-name", c.served_model_name]
     verifier += c.engine.argv()
+    if c.profile_dir is not None:
+        verifier += ["--profile-dir", str(c.profile_dir)]
     verifier_process = ServiceProcess("verifier", verifier, lambda: grpc_serving(verifier_address))
     out.insert(0 if c.colocated else len(out), verifier_process)  # a co-located drafter needs its socket
     if c.colocated or (c.speculative and c.algorithm.lower() in MODEL_ALGORITHMS):  # turns on the same cores

@@ -40,9 +40,20 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--port", type=port, default=50051, help="gRPC port (0: a free one, printed in the log)")
     p.add_argument("--metrics-port", type=port, default=None, help="Prometheus /metrics port (default: off)")
     p.add_argument("--served-model-name", default=None, help="model name to report (default: folder name)")
+    add_profile_argument(p)
     add_engine_arguments(p)
     _speculation_arguments(p)
     p.set_defaults(handler=_run)
+
+
+def add_profile_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--profile-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where POST /start_profile writes torch profiler traces of the engine (default: profiling off)",
+    )
 
 
 def _speculation_arguments(p: argparse.ArgumentParser) -> None:
@@ -123,6 +134,7 @@ def config_from_args(ns: argparse.Namespace) -> VerifierServerConfig:
         metrics_port=ns.metrics_port,
         served_model_name=ns.served_model_name,
         drafter=drafter,
+        profile_dir=ns.profile_dir,
     )
 
 

@@ -70,6 +70,7 @@ def start(name: str, args: list[str], log: Path) -> Service:
 
 def start_verifier(model_path: Path, port: int, log_dir: Path, algorithm: str = "RANDOM") -> Service:
     args = ["verifier", "--model-path", str(model_path), "--port", str(port), "--max-total-tokens", "8192"]
+    args += ["--profile-dir", str(log_dir / "profiles")]  # /start_profile's traces (test_gateway_profile.py)
     service = start("verifier", [*args, "--speculative-algorithm", algorithm], log_dir / "verifier.log")
     service.wait_until(lambda: grpc_serving(f"127.0.0.1:{port}"), timeout_s=180)
     return service

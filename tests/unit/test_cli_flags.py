@@ -269,7 +269,10 @@ def test_serve_hands_the_engine_flags_on_to_its_verifier(tmp_path: Path, flags: 
     )
     default = ServeConfig.on_free_ports(tmp_path, "NGRAM")
     plain = list(next(p for p in services(default) if p.name == "verifier").argv)
-    assert not {"--context-length", "--device", "--dtype", "--page-size"} & set(plain)
+    assert not {"--context-length", "--device", "--dtype", "--page-size", "--profile-dir"} & set(plain)
+    profiled = ServeConfig.on_free_ports(tmp_path, "NGRAM", profile_dir=tmp_path / "traces")
+    argv = list(next(p for p in services(profiled) if p.name == "verifier").argv)
+    assert config_from_args(build_parser().parse_args(argv)).profile_dir == tmp_path / "traces"
 
 
 def test_serve_refuses_a_co_located_drafter_on_a_cuda_device(capsys: pytest.CaptureFixture[str]) -> None:

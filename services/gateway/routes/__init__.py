@@ -13,6 +13,7 @@ MODULES = (
     "models",  # /v1/models
     "native",  # SGLang's /generate
     "ops",  # /health, /metrics, /version
+    "profile",  # SGLang's and vLLM's /start_profile, /stop_profile
     "responses_api",  # /v1/responses
     "server_info",  # SGLang's /get_server_info, /get_model_info
     "stored_responses",  # /v1/responses/{id} and its input items, deletion, cancelling

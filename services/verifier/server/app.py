@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 from wsgiref.simple_server import WSGIServer
 
@@ -35,6 +36,7 @@ from treespec.verifier.server import convert
 from treespec.verifier.server.drafters import DrafterSpec, build_drafter
 from treespec.verifier.server.engine_loop import EngineLoop
 from treespec.verifier.server.metrics import VerifierMetrics
+from treespec.verifier.server.profiler import EngineProfiler
 from treespec.verifier.server.servicer import VerifierServicer
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,7 @@ class VerifierServerConfig:
     served_model_name: str | None = None  # default: the model folder's name
     drafter: DrafterSpec = field(default_factory=DrafterSpec)
     shutdown_grace_s: float = 5.0  # how long in-flight requests may run on after a stop
+    profile_dir: Path | None = None  # where /start_profile's traces go; None: profiling is off
 
     @property
     def model_name(self) -> str:
@@ -124,7 +127,7 @@ class VerifierServer:
             if prepared is None:
                 prepared = await asyncio.to_thread(self._build_engine)
             engine, drafter_shutdown = prepared
-            loop = EngineLoop(engine, self.metrics)
+            loop = EngineLoop(engine, self.metrics, self._profiler())
             if self._engine_thread:
                 loop.start()
         metrics_http = None
@@ -165,7 +168,7 @@ class VerifierServer:
         def build_then_run() -> None:
             try:
                 engine, drafter_shutdown = self._build_engine()
-                loop = EngineLoop(engine, self.metrics)
+                loop = EngineLoop(engine, self.metrics, self._profiler())
             except BaseException as exc:
                 built.set_exception(exc)
                 return
@@ -174,6 +177,9 @@ class VerifierServer:
 
         threading.Thread(target=build_then_run, name="treespec-engine", daemon=True).start()
         return await asyncio.wrap_future(built)
+
+    def _profiler(self) -> EngineProfiler:
+        return EngineProfiler(self.config.profile_dir, self.config.engine.device)
 
     def _build_engine(self) -> tuple[Engine, Callable[[], None]]:
         """The engine, and what ends the drafter built here (an injected one is the caller's)."""

@@ -11,19 +11,26 @@ that a late output of an aborted request can never reach a new request that reus
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
 
 from treespec.verifier.engine import Engine
 from treespec.verifier.request import EngineBusyError, FinishReason, GenerationRequest, RequestOutput
 from treespec.verifier.server.observer import EngineSnapshot, FinishedRequest, LoopObserver
 from treespec.verifier.server.output_stream import OutputStream
+from treespec.verifier.server.profiler import EngineProfiler
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class DuplicateRequestError(ValueError):
@@ -70,9 +77,15 @@ class _Route:
 
 
 class EngineLoop:
-    def __init__(self, engine: Engine, observer: LoopObserver | None = None) -> None:
+    def __init__(
+        self, engine: Engine, observer: LoopObserver | None = None, profiler: EngineProfiler | None = None
+    ) -> None:
         self.engine = engine
         self._observer = observer
+        self._profiler = profiler or EngineProfiler(None)
+        self._calls: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = (
+            queue.SimpleQueue()
+        )
         self._routes: dict[str, _Route] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -138,6 +151,24 @@ class EngineLoop:
                 raise EngineBusyError("the prefix cache is flushed only while no request runs or waits")
             return self.engine.flush_cache()
 
+    async def start_profile(self, num_steps: int = 0, record_shapes: bool = False) -> Path:
+        """Record a profiler trace of the engine's steps (profiler.py); where it will be written."""
+        return await self.on_engine_thread(functools.partial(self._profiler.start, num_steps, record_shapes))
+
+    async def stop_profile(self) -> Path:
+        """Stop recording and write the trace; its path."""
+        return await self.on_engine_thread(self._profiler.stop)
+
+    async def on_engine_thread(self, call: Callable[[], T]) -> T:
+        """`call`'s result, run on the engine thread between two steps (or while it idles)."""
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        with self._lock:
+            if self._stopping:
+                raise EngineStoppedError("the verifier is shutting down")
+            self._calls.put((call, future))
+        self._wake.set()
+        return await asyncio.wrap_future(future)
+
     def abort(self, request_id: str) -> None:
         """Abort a live request; its stream ends with an ABORT output."""
         with self._lock:
@@ -173,12 +204,31 @@ class EngineLoop:
         while self._wait_for_work():
             self._run_step()
         self._run_step()  # the aborts queued by stop(): frees their KV, closes them at the drafter
+        self._run_calls(EngineStoppedError("the verifier is shutting down"))
         log.info("engine loop stopped")
+
+    def _run_calls(self, refusal: BaseException | None = None) -> None:
+        """The calls queued for this thread (refused with `refusal`, once stopping)."""
+        while True:
+            try:
+                call, future = self._calls.get_nowait()
+            except queue.Empty:
+                return
+            if not future.set_running_or_notify_cancel():
+                continue
+            if refusal is not None:
+                future.set_exception(refusal)
+                continue
+            try:
+                future.set_result(call())
+            except BaseException as exc:
+                future.set_exception(exc)
 
     def _wait_for_work(self) -> bool:
         """Sleep until there is work; False once stopping."""
         while True:
             self._wake.clear()
+            self._run_calls()
             with self._lock:
                 if self._stopping:
                     return False
@@ -200,6 +250,18 @@ class EngineLoop:
             log.exception("engine step failed; aborting the live requests")
             self._fail_live(exc)
         self._publish()
+        self._profiled()
+        self._run_calls()
+
+    def _profiled(self) -> None:
+        """Count the step in a recording of so many steps; write the trace when it is the last."""
+        try:
+            written = self._profiler.stepped()
+        except Exception:  # a trace that cannot be written never stops the engine
+            log.exception("the profiler trace could not be written")
+            return
+        if written is not None:
+            log.info("profiler trace written to %s", written)
 
     def _dispatch(self, outputs: list[RequestOutput]) -> None:
         now = time.monotonic()

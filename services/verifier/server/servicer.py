@@ -78,3 +78,14 @@ class VerifierServicer(verifier_pb2_grpc.VerifierServicer):
         self, request: pb.FlushCacheRequest, context: grpc.aio.ServicerContext
     ) -> pb.FlushCacheReply:
         return pb.FlushCacheReply(freed_blocks=self._loop.flush_cache())
+
+    async def StartProfile(
+        self, request: pb.StartProfileRequest, context: grpc.aio.ServicerContext
+    ) -> pb.StartProfileReply:
+        path = await self._loop.start_profile(request.num_steps, request.record_shapes)
+        return pb.StartProfileReply(trace_path=str(path))
+
+    async def StopProfile(
+        self, request: pb.StopProfileRequest, context: grpc.aio.ServicerContext
+    ) -> pb.StopProfileReply:
+        return pb.StopProfileReply(trace_path=str(await self._loop.stop_profile()))
