@@ -44,6 +44,16 @@ def one_torch_thread() -> Generator[None, None, None]:
 @pytest.fixture
 def redis_server() -> Generator[RedisServer, None, None]:
     """A fresh redis-server on a free port, killed afterwards (tests may stop and restart it)."""
+    yield from _redis_server()
+
+
+@pytest.fixture(scope="module")
+def module_redis_server() -> Generator[RedisServer, None, None]:
+    """One redis-server for a module's tests (each that stops it starts it again)."""
+    yield from _redis_server()
+
+
+def _redis_server() -> Generator[RedisServer, None, None]:
     try:
         server = RedisServer()
     except FileNotFoundError as error:

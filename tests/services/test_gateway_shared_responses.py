@@ -26,28 +26,32 @@ from treespec.shared.launcher.ports import free_port
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def gateways(
-    model_path: Path, verifier: int, redis_server: RedisServer, tmp_path: Path
-) -> Iterator[list[tuple[Service, openai.OpenAI]]]:
-    """Two gateway replicas sharing the Redis store, each with its SDK client."""
-    flags = ("--responses-store-url", redis_server.url)
+def _gateway(
+    model_path: Path, verifier: int, redis: RedisServer, log_dir: Path
+) -> tuple[Service, openai.OpenAI]:
+    """A gateway replica keeping its responses in `redis`, with its SDK client."""
+    port = free_port()
+    service = start_gateway(model_path, verifier, port, log_dir, (KEY,), ("--responses-store-url", redis.url))
+    return service, openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def replicas(
+    model_path: Path,
+    verifier: int,
+    module_redis_server: RedisServer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[openai.OpenAI, openai.OpenAI]]:
+    """Two gateway replicas sharing the module's Redis store."""
+    log_dir = tmp_path_factory.mktemp("replicas")
     started: list[tuple[Service, openai.OpenAI]] = []
     try:
         for _ in range(2):
-            port = free_port()
-            service = start_gateway(model_path, verifier, port, tmp_path, (KEY,), flags)
-            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0)
-            started.append((service, client))
-        yield started
+            started.append(_gateway(model_path, verifier, module_redis_server, log_dir))
+        yield started[0][1], started[1][1]
     finally:
         for service, _ in started:
             service.stop()
-
-
-@pytest.fixture
-def replicas(gateways: list[tuple[Service, openai.OpenAI]]) -> tuple[openai.OpenAI, openai.OpenAI]:
-    return gateways[0][1], gateways[1][1]
 
 
 def test_a_response_made_on_one_replica_is_read_continued_and_deleted_on_the_other(
@@ -74,21 +78,6 @@ def test_a_background_response_is_polled_on_the_other_replica(
     assert polled.status in ("completed", "incomplete") and polled.output_text
 
 
-def test_with_redis_down_responses_are_answered_and_reading_is_a_503(
-    replicas: tuple[openai.OpenAI, openai.OpenAI], redis_server: RedisServer
-) -> None:
-    a, b = replicas
-    redis_server.stop()
-    made = _respond(a, input="Say hi.", max_output_tokens=4)
-    assert made.status in ("completed", "incomplete") and made.output_text
-    with pytest.raises(openai.InternalServerError) as unavailable:
-        b.responses.retrieve(made.id)
-    assert unavailable.value.status_code == 503
-    redis_server.start()
-    again = _respond(a, input="Say hi.", max_output_tokens=4)
-    assert b.responses.retrieve(again.id).output_text == made.output_text
-
-
 STORY = {"input": "Write a very long story about a lighthouse keeper.", "max_output_tokens": 400}
 
 
@@ -108,9 +97,15 @@ def test_a_background_response_is_cancelled_or_deleted_from_the_other_replica(
 
 
 def test_a_background_response_whose_replica_died_is_cancelled_by_another(
-    gateways: list[tuple[Service, openai.OpenAI]], http: httpx.Client
+    replicas: tuple[openai.OpenAI, openai.OpenAI],
+    model_path: Path,
+    verifier: int,
+    module_redis_server: RedisServer,
+    tmp_path: Path,
+    http: httpx.Client,
 ) -> None:
-    (maker, a), (_, b) = gateways
+    maker, a = _gateway(model_path, verifier, module_redis_server, tmp_path)  # a third replica, killed
+    b = replicas[1]
     begun = _respond(a, background=True, **STORY)
     maker.process.kill()  # gone without storing how the response ended
     maker.process.wait()
@@ -118,3 +113,19 @@ def test_a_background_response_whose_replica_died_is_cancelled_by_another(
     assert b.responses.cancel(begun.id).status == "cancelled"
     assert b.responses.retrieve(begun.id).status == "cancelled"
     assert _verifier_goes_idle(http)  # the dead replica's generation was cancelled with its connection
+
+
+# Last: the replicas' order listeners subscribe again only a moment after Redis is back.
+def test_with_redis_down_responses_are_answered_and_reading_is_a_503(
+    replicas: tuple[openai.OpenAI, openai.OpenAI], module_redis_server: RedisServer
+) -> None:
+    a, b = replicas
+    module_redis_server.stop()
+    made = _respond(a, input="Say hi.", max_output_tokens=4)
+    assert made.status in ("completed", "incomplete") and made.output_text
+    with pytest.raises(openai.InternalServerError) as unavailable:
+        b.responses.retrieve(made.id)
+    assert unavailable.value.status_code == 503
+    module_redis_server.start()
+    again = _respond(a, input="Say hi.", max_output_tokens=4)
+    assert b.responses.retrieve(again.id).output_text == made.output_text
