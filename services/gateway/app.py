@@ -17,6 +17,8 @@ from treespec.gateway.errors import APIError, install_error_handlers
 from treespec.gateway.guards import RequestGuard
 from treespec.gateway.metrics import GatewayMetrics, RequestCounter
 from treespec.gateway.responses_api.background import BackgroundResponses
+from treespec.gateway.responses_api.conversation_store import ConversationStore, MemoryConversationStore
+from treespec.gateway.responses_api.redis_conversations import RedisConversationStore
 from treespec.gateway.responses_api.redis_store import RedisResponseStore
 from treespec.gateway.responses_api.store import MemoryResponseStore, ResponseStore
 from treespec.gateway.routes import routers
@@ -45,6 +47,7 @@ def create_app(
     metrics = GatewayMetrics(registry if registry is not None else CollectorRegistry())
     tokenizer = PromptTokenizer(config.model_path, config.chat_template)
     responses = response_store(config)
+    conversations = conversation_store(config)
     background = BackgroundResponses()
 
     @asynccontextmanager
@@ -56,7 +59,9 @@ def create_app(
             attempts=config.model_info_attempts,
         )
         tracer = provider.get_tracer(TRACER_NAME)
-        app.state.gateway = GatewayState(config, tokenizer, verifier, metrics, tracer, responses, background)
+        app.state.gateway = GatewayState(
+            config, tokenizer, verifier, metrics, tracer, responses, background, conversations
+        )
         warm_up = asyncio.create_task(_warm_up(verifier))
         # Other replicas' orders about the background responses this one makes (a shared store).
         orders = asyncio.create_task(background.follow(responses.orders())) if responses.shared else None
@@ -68,6 +73,7 @@ def create_app(
                 orders.cancel()
             await background.close()
             await responses.close()
+            await conversations.close()
             await verifier.close()
 
     app = FastAPI(
@@ -112,3 +118,11 @@ def response_store(config: GatewayConfig) -> ResponseStore:
             config.responses_store_url, config.responses_store_size, config.responses_store_ttl_s
         )
     return MemoryResponseStore(config.responses_store_size)
+
+
+def conversation_store(config: GatewayConfig) -> ConversationStore:
+    """Where conversations are kept: beside the responses."""
+    size, url = config.responses_store_size, config.responses_store_url
+    if url is not None:
+        return RedisConversationStore(url, size, config.responses_store_ttl_s)
+    return MemoryConversationStore(size)

@@ -16,6 +16,7 @@ from treespec.gateway.native.aborts import AbortRegistry
 from treespec.gateway.reasoning_parsers import REASONING_PARSERS
 from treespec.gateway.reasoning_parsers.base import ReasoningParser
 from treespec.gateway.responses_api.background import BackgroundResponses
+from treespec.gateway.responses_api.conversation_store import ConversationStore
 from treespec.gateway.responses_api.store import ResponseStore
 from treespec.gateway.tokenizer import PromptTokenizer
 from treespec.gateway.tool_parsers import TOOL_CALL_PARSERS
@@ -31,6 +32,7 @@ class GatewayState:
     tracer: Tracer
     responses: ResponseStore  # the stored Responses API responses
     background: BackgroundResponses  # those being made in the background
+    conversations: ConversationStore  # the Conversations API's
     # When the gateway started: the model's `created`, the same in every answer.
     started: int = field(default_factory=lambda: int(time.time()))
     aborts: AbortRegistry = field(default_factory=AbortRegistry)  # SGLang's /abort_request, by rid

@@ -192,7 +192,7 @@ def test_text_format_constrains_the_output(client: openai.OpenAI) -> None:
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"input": "hi", "conversation": "conv_1"}, "conversation"),
+        ({"input": "hi", "conversation": {"id": 3}}, "conversation"),
         ({"input": "hi", "background": True, "store": False}, "background"),
         ({"input": "hi", "colour": "red"}, "colour"),
         ({"input": []}, "input"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -76,6 +77,19 @@ def test_a_background_response_is_polled_on_the_other_replica(
     begun = _respond(a, input="Name three fruits.", max_output_tokens=12, background=True)
     polled = _poll(b, begun.id)
     assert polled.status in ("completed", "incomplete") and polled.output_text
+
+
+def test_a_conversation_is_shared_by_the_replicas(replicas: tuple[openai.OpenAI, openai.OpenAI]) -> None:
+    a, b = replicas
+    conversation = a.conversations.create(metadata={"topic": "fruit"})
+    reply = _respond(b, input="Name a fruit.", max_output_tokens=6, conversation=conversation.id)
+    items: list[Any] = list(a.conversations.items.list(conversation.id, order="asc"))
+    assert [item.role for item in items] == ["user", "assistant"] and items[1].id == reply.output[0].id
+    a.conversations.items.delete(items[0].id, conversation_id=conversation.id)
+    assert [item.id for item in b.conversations.items.list(conversation.id)] == [items[1].id]
+    b.conversations.delete(conversation.id)
+    with pytest.raises(openai.NotFoundError):
+        a.conversations.retrieve(conversation.id)
 
 
 STORY = {"input": "Write a very long story about a lighthouse keeper.", "max_output_tokens": 400}

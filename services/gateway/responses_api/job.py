@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -18,12 +19,15 @@ from treespec.gateway.chat_reply import ChatReplies, ChatReplyMessage
 from treespec.gateway.errors import APIError
 from treespec.gateway.generation import Event, TextDelta, TokenLogprob
 from treespec.gateway.logprob_format import LogprobFormat
+from treespec.gateway.responses_api.conversation_store import ConversationStore
 from treespec.gateway.responses_api.event_log import error_event
 from treespec.gateway.responses_api.output import ResponseOutput
 from treespec.gateway.responses_api.request import InputItem, ResponsesRequest
 from treespec.gateway.responses_api.response import response_body, response_status
 from treespec.gateway.responses_api.store import ResponseStore, StoredResponse, listed_item
 from treespec.gateway.run import GenerationRun
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,7 @@ class ResponseJob:
     store: ResponseStore
     earlier: tuple[InputItem, ...]  # the conversation it continues (previous_response_id)
     logprob_format: LogprobFormat | None  # None: no log-probabilities asked for
+    conversations: ConversationStore | None = None  # where the request's `conversation` lives
 
     @property
     def stores(self) -> bool:
@@ -49,6 +54,20 @@ class ResponseJob:
         if self.stores:
             await self.store.put(
                 StoredResponse.of(payload, self.request.items, self.earlier, self.listed_input)
+            )
+
+    async def add_turn(self, payload: dict[str, Any]) -> None:
+        """Add the request's input and the response's output to its conversation, if it names one.
+        A conversation deleted meanwhile, or a store that does not answer, costs the turn, not the
+        response."""
+        conversation_id = self.request.conversation_id
+        if conversation_id is None or self.conversations is None:
+            return
+        try:
+            await self.conversations.append(conversation_id, [*self.listed_input, *payload["output"]])
+        except APIError as error:
+            log.warning(
+                "response %s was not added to conversation %s: %s", self.run.id, conversation_id, error
             )
 
     def body(self, output: ResponseOutput | None, status: str) -> dict[str, Any]:
@@ -75,6 +94,7 @@ class ResponseJob:
         output.finish(status)
         payload = self.body(output, status)
         await self.keep(payload)
+        await self.add_turn(payload)
         return payload
 
     async def stream(self, events: AsyncGenerator[Event, None]) -> AsyncIterator[dict[str, Any]]:
@@ -106,6 +126,7 @@ class ResponseJob:
             await events.aclose()
         final = self.body(output, status)
         await self.keep(final)
+        await self.add_turn(final)
         yield numbered({"type": f"response.{status}", "response": final})
 
     def _logprobs(self, entries: Sequence[TokenLogprob]) -> list[dict[str, Any]]:

@@ -25,46 +25,37 @@ import logging
 from collections.abc import AsyncGenerator
 from typing import Any
 
-import redis.asyncio as redis
+from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
-from treespec.gateway.errors import APIError
+from treespec.gateway.responses_api.redis_link import LRU_FUNCTIONS, TIMEOUT_S, RedisLink
 from treespec.gateway.responses_api.store import StoredResponse, StoreOrder, not_found
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(__name__)  # orders that are none
 
 PREFIX = "treespec:responses"
 DEFAULT_TTL_S = 30 * 24 * 3600
-TIMEOUT_S = 2.0
 ORDERS = f"{PREFIX}:orders"  # the replicas' pub/sub channel
 LISTEN_S = 1.0  # the listener's wait for a message between checks of its connection
 RESUBSCRIBE_S = 1.0
 
 # KEYS: the response's key, the ranking, the counter; ARGV: id, JSON, TTL, capacity, key prefix.
-_PUT = """
-local tick = redis.call('INCR', KEYS[3])
+_PUT = (
+    LRU_FUNCTIONS
+    + """
 redis.call('SET', KEYS[1], ARGV[2], 'EX', tonumber(ARGV[3]))
-redis.call('ZADD', KEYS[2], tick, ARGV[1])
-local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[4])
-if over > 0 then
-  for _, old in ipairs(redis.call('ZRANGE', KEYS[2], 0, over - 1)) do
-    redis.call('DEL', ARGV[5] .. old)
-  end
-  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, over - 1)
-end
-return over
+use(KEYS[2], KEYS[3], ARGV[1])
+return trim(KEYS[2], tonumber(ARGV[4]), {ARGV[5]})
 """
+)
 
 # The response's JSON, its use recorded; nil (and its rank dropped) when it is not stored.
-_GET = """
-local value = redis.call('GET', KEYS[1])
-if not value then
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  return false
-end
-redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[3]), ARGV[1])
-return value
+_GET = (
+    LRU_FUNCTIONS
+    + """
+return looked_up(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
 """
+)
 
 _DELETE = """
 redis.call('ZREM', KEYS[2], ARGV[1])
@@ -82,12 +73,11 @@ class RedisResponseStore:
             raise ValueError("the responses store's TTL must be positive")
         self.capacity = capacity
         self.ttl_s = ttl_s
-        self._url = url
-        self._client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
-        self._put = self._client.register_script(_PUT)
-        self._get = self._client.register_script(_GET)
-        self._delete = self._client.register_script(_DELETE)
-        self._down = False
+        self._link = RedisLink(url, "responses store", timeout_s)
+        self._client = self._link.client
+        self._put = self._link.script(_PUT)
+        self._get = self._link.script(_GET)
+        self._delete = self._link.script(_DELETE)
 
     @property
     def enabled(self) -> bool:
@@ -97,12 +87,7 @@ class RedisResponseStore:
         if not self.enabled:
             return
         args: list[str | int] = [response.id, response.to_json(), self.ttl_s, self.capacity, f"{PREFIX}:r:"]
-        try:
-            await self._put(keys=self._keys(response.id), args=args)
-        except RedisError as error:
-            self._failed(error)
-            return
-        self._up()
+        await self._link.attempt(self._put(keys=self._keys(response.id), args=args))  # else not stored
 
     async def get(self, response_id: str, param: str | None = None) -> StoredResponse:
         value = await self._call(self._get, response_id)
@@ -115,7 +100,7 @@ class RedisResponseStore:
             raise not_found(response_id, None)
 
     async def close(self) -> None:
-        await self._client.aclose()
+        await self._link.close()
 
     @property
     def shared(self) -> bool:
@@ -123,7 +108,7 @@ class RedisResponseStore:
 
     async def order(self, order: StoreOrder) -> None:
         message = json.dumps({"action": order.action, "response_id": order.response_id})
-        await self._unavailable_as_503(self._client.publish(ORDERS, message))
+        await self._link.call(self._client.publish(ORDERS, message))
 
     async def orders(self) -> AsyncGenerator[StoreOrder, None]:
         """Every replica's orders (this one's too), subscribing again after an outage (orders sent
@@ -138,43 +123,17 @@ class RedisResponseStore:
                     if order is not None:
                         yield order
             except RedisError as error:
-                self._failed(error)
+                self._link.failed(error)
                 await asyncio.sleep(RESUBSCRIBE_S)
             finally:
                 await pubsub.aclose()
 
-    async def _call(self, script: Any, response_id: str) -> Any:
-        return await self._unavailable_as_503(script(keys=self._keys(response_id), args=[response_id]))
-
-    async def _unavailable_as_503(self, command: Any) -> Any:
-        try:
-            result = await command
-        except RedisError as error:
-            self._failed(error)
-            raise APIError(
-                503,
-                "The response store is unavailable; try again shortly.",
-                code="store_unavailable",
-                error_type="server_error",
-            ) from error
-        self._up()
-        return result
+    async def _call(self, script: AsyncScript, response_id: str) -> Any:
+        return await self._link.call(script(keys=self._keys(response_id), args=[response_id]))
 
     @staticmethod
     def _keys(response_id: str) -> list[str]:
         return [f"{PREFIX}:r:{response_id}", f"{PREFIX}:lru", f"{PREFIX}:clock"]
-
-    def _failed(self, error: RedisError) -> None:
-        if not self._down:
-            log.warning(
-                "the responses store at %s is unavailable (%s): responses are not stored", self._url, error
-            )
-        self._down = True
-
-    def _up(self) -> None:
-        if self._down:
-            log.info("the responses store at %s answers again", self._url)
-        self._down = False
 
 
 def _order(data: bytes | str) -> StoreOrder | None:

@@ -11,8 +11,9 @@ completions counterparts, so a response is generated, constrained and parsed exa
 
 `previous_response_id` continues a stored response (responses_api/store.py): its conversation comes
 before this request's input (its instructions are not carried over). `conversation` (OpenAI's
-Conversations API) is refused. Unknown fields are refused, and fields treespec does not implement are
-accepted only at their neutral value.
+Conversations API, responses_api/conversation_store.py) does so with a conversation's items, and the
+response's input and output are then added to it. Unknown fields are refused, and fields treespec
+does not implement are accepted only at their neutral value.
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ class TextPart(BaseModel):
     text: UnicodeText
     annotations: list[Any] | None = None
     logprobs: list[Any] | None = None
+
+
+class ConversationRef(BaseModel):
+    model_config = STRICT
+    id: str = Field(min_length=1, max_length=256)
 
 
 class InputMessage(BaseModel):
@@ -203,8 +209,9 @@ class ResponsesRequest(BaseModel):
     cache_salt: UnicodeText | None = Field(default=None, min_length=1, max_length=1024)
     speculation: SpeculationOptions | None = None
     priority: int | None = None  # vLLM's, as on chat completions
+    # A conversation (its id, or {"id": ...}) the response starts from and adds its turn to.
+    conversation: Annotated[str, Field(min_length=1, max_length=256)] | ConversationRef | None = None
     # Not implemented: accepted at their neutral value only.
-    conversation: Any = None
     prompt: Any = None
     background: bool | None = None  # made by the gateway's own task, fetched later (background.py)
     max_tool_calls: int | None = None
@@ -213,7 +220,22 @@ class ResponsesRequest(BaseModel):
     include: list[Literal["message.output_text.logprobs"]] | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
 
-    _check_unsupported = field_validator("conversation", "prompt", "max_tool_calls")(unsupported)
+    _check_unsupported = field_validator("prompt", "max_tool_calls")(unsupported)
+
+    @field_validator("conversation")
+    @classmethod
+    def _one_earlier_conversation(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None and info.data.get("previous_response_id") is not None:
+            raise PydanticCustomError(
+                "invalid_value",
+                "'conversation' and 'previous_response_id' both give the earlier conversation; "
+                "give one of them",
+            )
+        return value
+
+    @property
+    def conversation_id(self) -> str | None:
+        return self.conversation.id if isinstance(self.conversation, ConversationRef) else self.conversation
 
     @field_validator("background")
     @classmethod

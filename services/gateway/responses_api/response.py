@@ -42,6 +42,7 @@ def response_body(
         "output": output,
         "parallel_tool_calls": request.parallel_tool_calls is not False,
         "previous_response_id": request.previous_response_id,
+        "conversation": {"id": request.conversation_id} if request.conversation_id else None,
         "reasoning": {
             "effort": reasoning.effort if reasoning else None,
             "summary": reasoning.summary if reasoning else None,

@@ -10,6 +10,7 @@ MODULES = (
     "cache",  # SGLang's /flush_cache, vLLM's /reset_prefix_cache
     "chat",  # /v1/chat/completions
     "completions",  # /v1/completions
+    "conversations",  # /v1/conversations and their items
     "invocations",  # vLLM's /invocations (SageMaker)
     "models",  # /v1/models
     "native",  # SGLang's /generate

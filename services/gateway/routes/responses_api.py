@@ -34,7 +34,7 @@ async def create_response(
     earlier = await _earlier(state, body)
     run, replies = await start_chat(state, body.chat_request(earlier), "resp_", prompt_param="input")
     lp_format = LogprobFormat(state.tokenizer.token_texts) if body.logprobs else None
-    job = ResponseJob(body, run, replies, state.responses, earlier, lp_format)
+    job = ResponseJob(body, run, replies, state.responses, earlier, lp_format, state.conversations)
     if body.background and body.streams:  # followed by this request, and later by any other
         events_log = await state.background.start_streamed(job, run.events())
         return event_stream(sse_events(events_log.follow()))
@@ -47,8 +47,10 @@ async def create_response(
 
 
 async def _earlier(state: GatewayState, body: ResponsesRequest) -> tuple[InputItem, ...]:
-    """The conversation the request continues: its previous response's (a 404 if none is stored, a
-    400 while it is still being made in the background)."""
+    """The conversation the request continues: its conversation's items, or its previous response's
+    (a 404 if none is stored, a 400 while it is still being made in the background)."""
+    if body.conversation_id is not None:
+        return tuple((await state.conversations.get(body.conversation_id, "conversation")).as_input())
     if body.previous_response_id is None:
         return ()
     previous = await state.responses.get(body.previous_response_id, "previous_response_id")

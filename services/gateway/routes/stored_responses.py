@@ -16,6 +16,7 @@ from fastapi.responses import Response
 from treespec.gateway.errors import APIError
 from treespec.gateway.responses_api.background import KEPT_EVENT_LOGS
 from treespec.gateway.responses_api.job import sse_events
+from treespec.gateway.responses_api.listing import MAX_PAGE, page
 from treespec.gateway.responses_api.store import ResponseStore, StoreOrder
 from treespec.gateway.routes.responses_api import UNFINISHED
 from treespec.gateway.sse import event_stream
@@ -23,7 +24,6 @@ from treespec.gateway.state import GatewayState, gateway_state
 
 router = APIRouter()
 
-MAX_PAGE = 100
 ELSEWHERE_S = 5.0  # how long a cancel waits for the replica making the response
 POLL_S = 0.1
 
@@ -111,22 +111,5 @@ async def list_input_items(
 ) -> dict[str, Any]:
     """The response's own input items (newest first by default), `limit` of them after the item
     `after`."""
-    items = list((await state.responses.get(response_id)).input_items)
-    if order == "desc":
-        items.reverse()
-    start = 0
-    if after is not None:
-        ids = [item["id"] for item in items]
-        if after not in ids:
-            raise APIError(
-                400, f"Response '{response_id}' has no input item with id '{after}'.", param="after"
-            )
-        start = ids.index(after) + 1
-    page = items[start : start + limit]
-    return {
-        "object": "list",
-        "data": page,
-        "first_id": page[0]["id"] if page else None,
-        "last_id": page[-1]["id"] if page else None,
-        "has_more": start + limit < len(items),
-    }
+    items = (await state.responses.get(response_id)).input_items
+    return page(items, f"Response '{response_id}'", limit, order, after)

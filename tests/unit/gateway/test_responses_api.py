@@ -74,7 +74,8 @@ def test_settings_become_their_chat_counterparts() -> None:
 @pytest.mark.parametrize(
     "fields",
     [
-        {"input": "hi", "conversation": "conv_1"},
+        {"input": "hi", "conversation": "conv_1", "previous_response_id": "resp_1"},
+        {"input": "hi", "conversation": {"id": ""}},
         {"input": "hi", "previous_response_id": ""},
         {"input": "hi", "include": ["reasoning.encrypted_content"]},
         {"input": "hi", "top_logprobs": 21},
