@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 
 from fastapi import FastAPI
 from opentelemetry import trace
@@ -68,9 +68,7 @@ def create_app(
         try:
             yield
         finally:
-            warm_up.cancel()
-            if orders is not None:
-                orders.cancel()
+            await _stop(warm_up, orders)
             await background.close()
             await responses.close()
             await conversations.close()
@@ -94,6 +92,17 @@ def create_app(
         app, tracer_provider=provider, excluded_urls="/health,/metrics", exclude_spans=["receive", "send"]
     )
     return app
+
+
+async def _stop(*tasks: asyncio.Task[None] | None) -> None:
+    """Cancel the gateway's own tasks and wait for them to end."""
+    for task in tasks:
+        if task is not None:
+            task.cancel()
+    for task in tasks:
+        if task is not None:
+            with suppress(asyncio.CancelledError):
+                await task
 
 
 async def _warm_up(verifier: VerifierClient) -> None:

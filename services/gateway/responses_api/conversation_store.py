@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -19,6 +18,7 @@ from typing import Any, Protocol
 from pydantic import TypeAdapter
 
 from treespec.gateway.errors import APIError
+from treespec.gateway.responses_api.lru_map import LruMap
 from treespec.gateway.responses_api.request import InputItem
 
 _ITEMS: TypeAdapter[list[InputItem]] = TypeAdapter(list[InputItem])
@@ -84,7 +84,7 @@ class MemoryConversationStore:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._conversations: OrderedDict[str, Conversation] = OrderedDict()
+        self._conversations: LruMap[Conversation] = LruMap(capacity)
 
     async def create(self, conversation: Conversation) -> None:
         check_capacity(self.capacity)
@@ -94,7 +94,6 @@ class MemoryConversationStore:
         conversation = self._conversations.get(conversation_id)
         if conversation is None:
             raise conversation_not_found(conversation_id, param)
-        self._conversations.move_to_end(conversation_id)
         return conversation
 
     async def set_metadata(self, conversation_id: str, metadata: dict[str, str]) -> Conversation:
@@ -115,16 +114,13 @@ class MemoryConversationStore:
 
     async def delete(self, conversation_id: str) -> None:
         await self.get(conversation_id)
-        del self._conversations[conversation_id]
+        self._conversations.pop(conversation_id)
 
     async def close(self) -> None:
         pass
 
     def _keep(self, conversation: Conversation) -> None:
-        self._conversations[conversation.id] = conversation
-        self._conversations.move_to_end(conversation.id)
-        while len(self._conversations) > self.capacity:
-            self._conversations.popitem(last=False)
+        self._conversations.put(conversation.id, conversation)
 
 
 def check_capacity(capacity: int) -> None:

@@ -74,7 +74,6 @@ class RedisResponseStore:
         self.capacity = capacity
         self.ttl_s = ttl_s
         self._link = RedisLink(url, "responses store", timeout_s)
-        self._client = self._link.client
         self._put = self._link.script(_PUT)
         self._get = self._link.script(_GET)
         self._delete = self._link.script(_DELETE)
@@ -108,13 +107,13 @@ class RedisResponseStore:
 
     async def order(self, order: StoreOrder) -> None:
         message = json.dumps({"action": order.action, "response_id": order.response_id})
-        await self._link.call(self._client.publish(ORDERS, message))
+        await self._link.call(self._link.client.publish(ORDERS, message))
 
     async def orders(self) -> AsyncGenerator[StoreOrder, None]:
         """Every replica's orders (this one's too), subscribing again after an outage (orders sent
         meanwhile are lost, as pub/sub goes)."""
         while True:
-            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+            pubsub = self._link.client.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(ORDERS)
                 while True:

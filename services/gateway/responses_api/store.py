@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -21,6 +20,7 @@ from typing import Any, Literal, Protocol
 from pydantic import TypeAdapter
 
 from treespec.gateway.errors import APIError
+from treespec.gateway.responses_api.lru_map import LruMap
 from treespec.gateway.responses_api.request import InputItem, InputMessage
 
 _ITEMS: TypeAdapter[list[InputItem]] = TypeAdapter(list[InputItem])
@@ -109,7 +109,7 @@ class MemoryResponseStore:
         if capacity < 0:
             raise ValueError("the responses store's capacity cannot be negative")
         self.capacity = capacity
-        self._responses: OrderedDict[str, StoredResponse] = OrderedDict()
+        self._responses: LruMap[StoredResponse] = LruMap(capacity)
 
     @property
     def enabled(self) -> bool:
@@ -121,21 +121,17 @@ class MemoryResponseStore:
     async def put(self, response: StoredResponse) -> None:
         if not self.enabled:
             return
-        self._responses[response.id] = response
-        self._responses.move_to_end(response.id)
-        while len(self._responses) > self.capacity:
-            self._responses.popitem(last=False)
+        self._responses.put(response.id, response)
 
     async def get(self, response_id: str, param: str | None = None) -> StoredResponse:
         response = self._responses.get(response_id)
         if response is None:
             raise not_found(response_id, param)
-        self._responses.move_to_end(response_id)
         return response
 
     async def delete(self, response_id: str) -> None:
         await self.get(response_id)
-        del self._responses[response_id]
+        self._responses.pop(response_id)
 
     async def close(self) -> None:
         pass

@@ -123,7 +123,7 @@ def test_orders_reach_every_replica_and_survive_a_redis_restart(redis_server: Re
         heard = b.orders()
         listening = asyncio.ensure_future(anext(heard))
         await asyncio.sleep(0.3)  # subscribed
-        await a._client.publish(ORDERS, "not an order")  # ignored
+        await a._link.client.publish(ORDERS, "not an order")  # ignored
         await a.order(StoreOrder("cancel", "resp_1"))
         assert await asyncio.wait_for(listening, 5) == StoreOrder("cancel", "resp_1")
         redis_server.stop()
