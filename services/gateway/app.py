@@ -19,6 +19,7 @@ from treespec.gateway.metrics import GatewayMetrics, RequestCounter
 from treespec.gateway.responses_api.background import BackgroundResponses
 from treespec.gateway.responses_api.conversation_store import ConversationStore, MemoryConversationStore
 from treespec.gateway.responses_api.redis_conversations import RedisConversationStore
+from treespec.gateway.responses_api.redis_events import RedisEventStreams
 from treespec.gateway.responses_api.redis_store import RedisResponseStore
 from treespec.gateway.responses_api.store import MemoryResponseStore, ResponseStore
 from treespec.gateway.routes import routers
@@ -48,7 +49,7 @@ def create_app(
     tokenizer = PromptTokenizer(config.model_path, config.chat_template)
     responses = response_store(config)
     conversations = conversation_store(config)
-    background = BackgroundResponses()
+    background = BackgroundResponses(shared=event_streams(config))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -127,6 +128,13 @@ def response_store(config: GatewayConfig) -> ResponseStore:
             config.responses_store_url, config.responses_store_size, config.responses_store_ttl_s
         )
     return MemoryResponseStore(config.responses_store_size)
+
+
+def event_streams(config: GatewayConfig) -> RedisEventStreams | None:
+    """Where streamed background responses' events go for the other replicas: beside the responses."""
+    if config.responses_store_url is None:
+        return None
+    return RedisEventStreams(config.responses_store_url, config.responses_store_ttl_s)
 
 
 def conversation_store(config: GatewayConfig) -> ConversationStore:

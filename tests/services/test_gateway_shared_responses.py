@@ -1,14 +1,15 @@
 """Two gateway replicas with their responses in one real Redis (`--responses-store-url`), before the
 package's verifier, through the OpenAI SDK: a response made on one replica is read, continued and
 deleted on the other, and the continued response equals the one sent whole; a background response
-made on one is polled on the other until it is done; with Redis down a response is still answered,
+made on one is polled on the other until it is done, and one streamed is followed there too (after
+its client's connection dropped) and cancelled there; with Redis down a response is still answered,
 and reading one back is a 503 until Redis is back."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import openai
@@ -17,6 +18,7 @@ import pytest
 from tests.redis_server import RedisServer
 from tests.services.gateway_stack import KEY, Service, start_gateway
 from tests.services.test_gateway_stored_responses import (
+    GREEDY,
     _poll,
     _respond,
     _verifier_goes_idle,
@@ -127,6 +129,36 @@ def test_a_background_response_whose_replica_died_is_cancelled_by_another(
     assert b.responses.cancel(begun.id).status == "cancelled"
     assert b.responses.retrieve(begun.id).status == "cancelled"
     assert _verifier_goes_idle(http)  # the dead replica's generation was cancelled with its connection
+
+
+def test_a_streamed_background_response_is_followed_and_cancelled_on_the_other_replica(
+    replicas: tuple[openai.OpenAI, openai.OpenAI], http: httpx.Client
+) -> None:
+    a, b = replicas
+    fields: dict[str, Any] = {"input": "Write a short poem about the sea.", "max_output_tokens": 48}
+    seen = []
+    for event in _streamed(a, **fields):
+        seen.append(event)
+        if len(seen) == 6:
+            break  # A's client drops its connection, and resumes on B while A makes the response
+    rest = list(cast(Any, b.responses.retrieve(seen[0].response.id, stream=True, starting_after=5)))
+    assert [event.sequence_number for event in seen + rest] == list(range(len(seen) + len(rest)))
+    assert rest[-1].type in ("response.completed", "response.incomplete")
+    text = "".join(event.delta for event in seen + rest if event.type == "response.output_text.delta")
+    assert text == rest[-1].response.output_text == a.responses.retrieve(seen[0].response.id).output_text
+    response_id = next(iter(_streamed(a, **STORY))).response.id
+    assert b.responses.cancel(response_id).status == "cancelled"
+    followed = list(cast(Any, b.responses.retrieve(response_id, stream=True)))
+    assert followed[0].type == "response.created" and followed[-1].type == "error"
+    assert followed[-1].code == "response_cancelled"
+    assert _verifier_goes_idle(http)
+    with pytest.raises(openai.BadRequestError) as polled_only:  # made without stream: no events
+        b.responses.retrieve(_respond(a, background=True, **fields).id, stream=True)
+    assert polled_only.value.body["param"] == "stream"  # type: ignore[index]
+
+
+def _streamed(client: openai.OpenAI, **fields: Any) -> Any:
+    return client.responses.create(background=True, stream=True, **cast(Any, {**GREEDY, **fields}))
 
 
 # Last: the replicas' order listeners subscribe again only a moment after Redis is back.

@@ -8,7 +8,9 @@ With `stream: true` as well, the request is answered with the response's typed e
 made, and they are kept in an event log (responses_api/event_log.py): a client whose connection
 drops follows them again with `GET /v1/responses/{id}?stream=true&starting_after=N`, and the response
 is made whether or not anyone follows. The logs of the last `kept_logs` finished responses are kept
-for such replays (those still being made always are)."""
+for such replays (those still being made always are). With a store in Redis the events are written
+there too (responses_api/redis_events.py), so they are followed on any replica, and kept as long as
+the response."""
 
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from treespec.gateway.errors import APIError
 from treespec.gateway.generation import Event
+from treespec.gateway.responses_api.event_log import Event as LoggedEvent
 from treespec.gateway.responses_api.event_log import EventLog, error_event
+from treespec.gateway.responses_api.redis_events import RedisEventStreams
 from treespec.gateway.responses_api.store import StoreOrder
 
 if TYPE_CHECKING:  # job.py imports the run, which imports the gateway's state, which holds this
@@ -29,13 +33,16 @@ if TYPE_CHECKING:  # job.py imports the run, which imports the gateway's state, 
 log = logging.getLogger(__name__)
 
 KEPT_EVENT_LOGS = 64  # finished streamed background responses whose events can still be replayed
+FLUSH_S = 2.0  # how long a stopping gateway waits for the events it has logged to reach Redis
 
 
 class BackgroundResponses:
-    def __init__(self, kept_logs: int = KEPT_EVENT_LOGS) -> None:
+    def __init__(self, kept_logs: int = KEPT_EVENT_LOGS, shared: RedisEventStreams | None = None) -> None:
         self._making: dict[str, tuple[ResponseJob, asyncio.Task[None]]] = {}
         self._logs: OrderedDict[str, EventLog] = OrderedDict()
         self._kept_logs = kept_logs
+        self._shared = shared  # the events in Redis, for the other replicas
+        self._writers: set[asyncio.Task[None]] = set()
 
     async def start(self, job: ResponseJob) -> dict[str, Any]:
         """Store the response as in progress and start making it; what the request is answered with."""
@@ -49,12 +56,21 @@ class BackgroundResponses:
         await self._begin(job)
         events_log = EventLog()
         self._logs[job.run.id] = events_log
+        if self._shared is not None:
+            await self._shared.open(job.run.id)
+            self._write(self._shared.write(job.run.id, events_log))
         self._run(job, self._make_streamed(job, events, events_log))
         return events_log
 
-    def events(self, response_id: str) -> EventLog | None:
-        """The event log of a streamed background response, while it is kept."""
-        return self._logs.get(response_id)
+    async def events(self, response_id: str, starting_after: int = -1) -> AsyncIterator[LoggedEvent] | None:
+        """The events of a streamed background response after sequence number `starting_after`, then
+        each as it is made: from this replica's log, or from Redis; None when none are kept."""
+        kept = self._logs.get(response_id)
+        if kept is not None:
+            return kept.follow(starting_after)
+        if self._shared is not None and await self._shared.exists(response_id):
+            return self._shared.follow(response_id, starting_after)
+        return None
 
     async def cancel(self, response_id: str, keep: bool = True) -> dict[str, Any] | None:
         """Stop making the response and store it as cancelled (unless not `keep`: it is being
@@ -64,14 +80,14 @@ class BackgroundResponses:
             return None
         job, task = self._making.pop(response_id)
         task.cancel()  # closes its generation: the verifier frees the request
-        cancelled = job.body(None, "cancelled")
-        if keep:
-            await job.keep(cancelled)
         events_log = self._logs.get(response_id)
         if events_log is not None and not events_log.closed:  # its followers learn why it ends
             cancelling = error_event("response_cancelled", "The response was cancelled.")
             events_log.append({**cancelling, "sequence_number": len(events_log)})
-            events_log.close()
+            events_log.close()  # before anything is awaited: the cancelled task would close it first
+        cancelled = job.body(None, "cancelled")
+        if keep:
+            await job.keep(cancelled)
         return cancelled
 
     async def forget(self, response_id: str) -> None:
@@ -88,11 +104,24 @@ class BackgroundResponses:
                 await self.forget(order.response_id)
 
     async def close(self) -> None:
-        """Cancel every response still being made (the gateway is stopping)."""
+        """Cancel every response still being made (the gateway is stopping), and give their events a
+        moment to reach Redis."""
         tasks = [task for _, task in self._making.values()]
         for response_id in list(self._making):
             await self.cancel(response_id)
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._writers:
+            await asyncio.wait(self._writers, timeout=FLUSH_S)
+        for writer in self._writers:
+            writer.cancel()
+        await asyncio.gather(*self._writers, return_exceptions=True)
+        if self._shared is not None:
+            await self._shared.close()
+
+    def _write(self, writing: Coroutine[Any, Any, None]) -> None:
+        writer = asyncio.create_task(writing)
+        self._writers.add(writer)
+        writer.add_done_callback(self._writers.discard)
 
     @staticmethod
     async def _begin(job: ResponseJob) -> dict[str, Any]:

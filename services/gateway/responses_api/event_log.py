@@ -7,6 +7,7 @@ that goes away stops following; the response is made all the same."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -51,6 +52,17 @@ class EventLog:
             if self._closed:
                 return
             await self._changed.wait()
+
+    def since(self, position: int) -> list[Event]:
+        """The events logged from `position` on."""
+        return self._events[position:]
+
+    async def wait(self, position: int, timeout_s: float) -> None:
+        """Until there is an event at `position` or the log closes, or `timeout_s` has passed."""
+        if position < len(self._events) or self._closed:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout_s)
 
     def _wake(self) -> None:
         self._changed.set()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import redis.asyncio as redis
 from redis.commands.core import AsyncScript
@@ -75,15 +75,15 @@ class RedisLink:
         self._up()
         return result
 
-    async def attempt(self, command: Awaitable[Any]) -> bool:
-        """Whether the command went through (a failure is only logged)."""
+    async def attempt(self, command: Awaitable[T]) -> T | None:
+        """The command's result; None when it did not go through (a failure is only logged)."""
         try:
-            await command
+            result = await command
         except RedisError as error:
             self.failed(error)
-            return False
+            return None
         self._up()
-        return True
+        return result
 
     def failed(self, error: RedisError) -> None:
         if not self._down:

@@ -8,19 +8,19 @@ ranks them by last use on a counter of the store's own (not the replicas' clocks
 capacity drops the least recently used. Each operation is one Lua script, so one round trip and
 atomic among replicas.
 
-Replicas order each other about background responses (cancel one, forget a deleted one) on a pub/sub
-channel: each replica listens and carries out the orders about the responses it makes.
+Replicas order each other about background responses (cancel one, forget a deleted one) through a
+Redis stream: each replica reads every order after the last it heard, and carries out those about
+the responses it makes.
 
 Redis down or slow (each command waits `timeout_s` at most) never fails a response being made: it is
 answered as made, the store's warning logged once per outage, and not stored. Reading one back, or
-an order, is a 503 until Redis answers again (the client reconnects by itself; the listener
-subscribes again).
+an order, is a 503 until Redis answers again (the client reconnects by itself; the listener reads
+on from the last order it heard).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -34,18 +34,23 @@ from treespec.gateway.responses_api.store import StoredResponse, StoreOrder, not
 log = logging.getLogger(__name__)  # orders that are none
 
 PREFIX = "treespec:responses"
+RESPONSES_PREFIX = f"{PREFIX}:r:"  # a response's key: this and its id
+EVENTS_PREFIX = f"{PREFIX}:e:"  # a streamed background response's events (redis_events.py)
 DEFAULT_TTL_S = 30 * 24 * 3600
-ORDERS = f"{PREFIX}:orders"  # the replicas' pub/sub channel
-LISTEN_S = 1.0  # the listener's wait for a message between checks of its connection
-RESUBSCRIBE_S = 1.0
+ORDERS = f"{PREFIX}:orders"  # the replicas' orders: a Redis stream
+ORDERS_KEPT = 10_000  # about how many of the latest orders the stream keeps
+READ_COUNT = 64
+LISTEN_S = 1.0  # the listener's wait for an order per read (under the link's timeout)
+RESUBSCRIBE_S = 1.0  # its wait after a failed read
 
-# KEYS: the response's key, the ranking, the counter; ARGV: id, JSON, TTL, capacity, key prefix.
+# KEYS: the response's key, the ranking, the counter; ARGV: id, JSON, TTL, capacity, the prefixes of
+# the keys a dropped response takes with it (its own, its events').
 _PUT = (
     LRU_FUNCTIONS
     + """
 redis.call('SET', KEYS[1], ARGV[2], 'EX', tonumber(ARGV[3]))
 use(KEYS[2], KEYS[3], ARGV[1])
-return trim(KEYS[2], tonumber(ARGV[4]), {ARGV[5]})
+return trim(KEYS[2], tonumber(ARGV[4]), {ARGV[5], ARGV[6]})
 """
 )
 
@@ -57,8 +62,10 @@ return looked_up(KEYS[1], KEYS[2], KEYS[3], ARGV[1])
 """
 )
 
+# Its events go with it.
 _DELETE = """
 redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('DEL', KEYS[4])
 return redis.call('DEL', KEYS[1])
 """
 
@@ -85,7 +92,8 @@ class RedisResponseStore:
     async def put(self, response: StoredResponse) -> None:
         if not self.enabled:
             return
-        args: list[str | int] = [response.id, response.to_json(), self.ttl_s, self.capacity, f"{PREFIX}:r:"]
+        args: list[str | int] = [response.id, response.to_json(), self.ttl_s, self.capacity]
+        args += [RESPONSES_PREFIX, EVENTS_PREFIX]
         await self._link.attempt(self._put(keys=self._keys(response.id), args=args))  # else not stored
 
     async def get(self, response_id: str, param: str | None = None) -> StoredResponse:
@@ -106,42 +114,52 @@ class RedisResponseStore:
         return True
 
     async def order(self, order: StoreOrder) -> None:
-        message = json.dumps({"action": order.action, "response_id": order.response_id})
-        await self._link.call(self._link.client.publish(ORDERS, message))
+        fields: dict[Any, Any] = {"action": order.action, "response_id": order.response_id}
+        await self._link.call(self._link.client.xadd(ORDERS, fields, maxlen=ORDERS_KEPT, approximate=True))
 
     async def orders(self) -> AsyncGenerator[StoreOrder, None]:
-        """Every replica's orders (this one's too), subscribing again after an outage (orders sent
-        meanwhile are lost, as pub/sub goes)."""
+        """Every replica's orders (this one's too) from now on. They are read from a Redis stream
+        after the last one heard, so those given while this replica's connection was down are heard
+        once it is back (not those lost with a Redis that restarted)."""
+        last: bytes | str | None = None
         while True:
-            pubsub = self._link.client.pubsub(ignore_subscribe_messages=True)
             try:
-                await pubsub.subscribe(ORDERS)
-                while True:
-                    message = await pubsub.get_message(timeout=LISTEN_S)
-                    order = _order(message["data"]) if message is not None else None
-                    if order is not None:
-                        yield order
+                if last is None:
+                    last = await self._last_order()
+                block_ms = int(LISTEN_S * 1000)
+                reply: Any = await self._link.client.xread({ORDERS: last}, count=READ_COUNT, block=block_ms)
             except RedisError as error:
                 self._link.failed(error)
                 await asyncio.sleep(RESUBSCRIBE_S)
-            finally:
-                await pubsub.aclose()
+                continue
+            entries: list[tuple[bytes, dict[bytes, bytes]]] = reply[0][1] if reply else []
+            for entry_id, fields in entries:
+                last = entry_id
+                order = _order(fields)
+                if order is not None:
+                    yield order
+
+    async def _last_order(self) -> bytes | str:
+        newest: Any = await self._link.client.xrevrange(ORDERS, count=1)
+        return newest[0][0] if newest else "0-0"
 
     async def _call(self, script: AsyncScript, response_id: str) -> Any:
         return await self._link.call(script(keys=self._keys(response_id), args=[response_id]))
 
     @staticmethod
     def _keys(response_id: str) -> list[str]:
-        return [f"{PREFIX}:r:{response_id}", f"{PREFIX}:lru", f"{PREFIX}:clock"]
+        return [
+            f"{RESPONSES_PREFIX}{response_id}",
+            f"{PREFIX}:lru",
+            f"{PREFIX}:clock",
+            f"{EVENTS_PREFIX}{response_id}",
+        ]
 
 
-def _order(data: bytes | str) -> StoreOrder | None:
-    """A message on the channel as an order; None (logged) for one that is not."""
-    try:
-        fields = json.loads(data)
-        if fields["action"] in ("cancel", "forget") and isinstance(fields["response_id"], str):
-            return StoreOrder(fields["action"], fields["response_id"])
-    except (ValueError, KeyError, TypeError):
-        pass
-    log.warning("ignored a message on %s that is no order: %r", ORDERS, data)
+def _order(fields: dict[bytes, bytes]) -> StoreOrder | None:
+    """An entry of the stream as an order; None (logged) for one that is not."""
+    action, response_id = fields.get(b"action"), fields.get(b"response_id")
+    if action in (b"cancel", b"forget") and response_id:
+        return StoreOrder("cancel" if action == b"cancel" else "forget", response_id.decode())
+    log.warning("ignored an entry of %s that is no order: %r", ORDERS, fields)
     return None

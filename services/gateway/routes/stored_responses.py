@@ -40,17 +40,22 @@ async def retrieve_response(
     body = (await state.responses.get(response_id)).body
     if not stream:
         return body
-    events = state.background.events(response_id)
+    events = await state.background.events(response_id, -1 if starting_after is None else starting_after)
     if events is None:
+        kept = (
+            "as long as the response"
+            if state.responses.shared
+            else f"the last {KEPT_EVENT_LOGS} finished ones"
+        )
         raise APIError(
             400,
             f"Response '{response_id}' cannot be streamed: only a response made with background and "
-            f"stream both true can, while the server keeps its events (the last {KEPT_EVENT_LOGS} "
-            "finished ones, and those being made). Retrieve it without stream.",
+            f"stream both true can, while the server keeps its events ({kept}, and those being made). "
+            "Retrieve it without stream.",
             code="invalid_value",
             param="stream",
         )
-    return event_stream(sse_events(events.follow(-1 if starting_after is None else starting_after)))
+    return event_stream(sse_events(events))
 
 
 @router.delete("/v1/responses/{response_id}")

@@ -1,8 +1,8 @@
 """Stored responses in a real redis-server (started on a free port): two gateway replicas' stores
 share them, the capacity drops the least recently used across replicas, the TTL expires them; a
 Redis that is down or hung never fails storing (it is skipped), reading is a 503 meanwhile, and the
-store works again once Redis is back; the replicas' orders reach every replica, and again after a
-Redis restart."""
+store works again once Redis is back; the replicas' orders reach every replica, those given while
+a replica's connection was down too, and again after a Redis restart."""
 
 from __future__ import annotations
 
@@ -118,14 +118,22 @@ def test_an_outage_skips_storing_makes_reading_a_503_and_passes(
     _run(scenario, RedisResponseStore(redis_server.url, 8, timeout_s=0.5))
 
 
-def test_orders_reach_every_replica_and_survive_a_redis_restart(redis_server: RedisServer) -> None:
+def test_orders_reach_every_replica_even_across_a_dropped_connection_and_a_redis_restart(
+    redis_server: RedisServer,
+) -> None:
     async def scenario(a: RedisResponseStore, b: RedisResponseStore) -> None:
         heard = b.orders()
         listening = asyncio.ensure_future(anext(heard))
         await asyncio.sleep(0.3)  # subscribed
-        await a._link.client.publish(ORDERS, "not an order")  # ignored
+        await a._link.client.xadd(ORDERS, {"not": "an order"})  # ignored
         await a.order(StoreOrder("cancel", "resp_1"))
         assert await asyncio.wait_for(listening, 5) == StoreOrder("cancel", "resp_1")
+        listening = asyncio.ensure_future(anext(heard))
+        await asyncio.sleep(0.3)  # b is reading
+        killed = await a._link.client.client_kill_filter(_type="normal", skipme=True)  # b's drops
+        assert killed >= 1
+        await a.order(StoreOrder("cancel", "resp_3"))  # meanwhile: heard once b reads again
+        assert await asyncio.wait_for(listening, 5) == StoreOrder("cancel", "resp_3")
         redis_server.stop()
         with pytest.raises(APIError) as unavailable:
             await a.order(StoreOrder("forget", "resp_2"))
