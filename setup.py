@@ -45,7 +45,7 @@ setup(
     package_data={
         "treespec.v1": ["*.proto", "*.pyi"],
         # The panel matmul kernel's source, built on first use (kernels/panel_gemm.py).
-        "treespec.kernels": ["cpu/*.cpp"],
+        "treespec.kernels": ["cpu/*.cpp", "cpu/*.h"],
         # The EAGLE-3 head trained for the bundled model (services/drafter/eagle/heads/).
         "treespec.drafter.eagle": ["heads/*/*.json", "heads/*/*.safetensors"],
     },

@@ -1,10 +1,13 @@
 """Building the own CPU kernels (kernels/cpu/*.cpp) with torch's C++ extension loader.
 
-Each kernel is built once per machine on first use (`-O3 -march=native`, seconds), into torch's
-extension cache under a name keyed by the source, the flags, the CPU and torch's version, so that a
-changed source, another CPU or another torch never loads a stale build. Where it cannot be built (no
-C++ compiler or ninja, another architecture) the loader returns None and the caller keeps its torch
-path.
+The kernels are one extension, built once per machine on first use (`-O3 -march=native`) into torch's
+extension cache, under a name keyed by the sources, the flags, the CPU and torch's version, so that a
+changed source, another CPU or another torch never loads a stale build. Its sources compile side by
+side (ninja runs a job per core), and only bindings.cpp includes torch's Python bindings, whose
+headers cost most of a source's compile time: about a minute on 2 cores, where a kernel of its own,
+each with torch/extension.h, took 64 s and 84 s one after the other. Where it cannot be built (no C++
+compiler or ninja, another architecture) the loader returns None and the callers keep their torch
+paths.
 """
 
 from __future__ import annotations
@@ -28,29 +31,33 @@ def on_x86() -> bool:
     return platform.machine() in ("x86_64", "AMD64")
 
 
-def load_cpu_extension(stem: str) -> ModuleType | None:
-    """kernels/cpu/<stem>.cpp built (or loaded from torch's cache), or None where it cannot be."""
+def load_cpu_kernels() -> ModuleType | None:
+    """The kernels' module (kernels/cpu/kernels.h) built, or loaded from torch's cache; None where it
+    cannot be built."""
     if not on_x86():
         return None
-    source = CPU_DIR / f"{stem}.cpp"
+    sources = sorted(CPU_DIR.glob("*.cpp"))
     try:
         from torch.utils import cpp_extension
 
         module: ModuleType = cpp_extension.load(
-            name=f"treespec_{stem}_{build_key(source)}",
-            sources=[str(source)],
+            name=f"treespec_cpu_kernels_{build_key(sorted(CPU_DIR.glob('*.[ch]*')))}",
+            sources=[str(source) for source in sources],
             extra_cflags=list(CFLAGS),
             verbose=False,
         )
         return module
-    except Exception as exc:  # the caller's torch path still works
-        log.warning("CPU kernel %s unavailable (%r); using torch's ops instead", stem, exc)
+    except Exception as exc:  # the callers' torch paths still work
+        log.warning("CPU kernels unavailable (%r); using torch's ops instead", exc)
         return None
 
 
-def build_key(source: Path) -> str:
-    """The source, the flags, this CPU (the build uses -march=native) and torch's version."""
-    digest = hashlib.sha256(source.read_bytes())
+def build_key(files: list[Path]) -> str:
+    """The sources and header, the flags, this CPU (the build uses -march=native) and torch's version."""
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
     for part in (*CFLAGS, _cpu_signature(), torch.__version__):
         digest.update(part.encode())
     return digest.hexdigest()[:16]

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from treespec.kernels.cpu_extension import load_cpu_extension, on_x86
+from treespec.kernels.cpu_extension import load_cpu_kernels, on_x86
 from treespec.kernels.speed_check import fast_enough
 
 PANEL = 32  # columns per panel (kPanel in the source)
@@ -97,7 +97,7 @@ def panel_gemm() -> PanelGemm | None:
 
 def build_panel_gemm() -> PanelGemm | None:
     """The kernel however fast it runs (its tests), or None where it cannot be built."""
-    module = load_cpu_extension("panel_gemm")
+    module = load_cpu_kernels()
     return None if module is None else PanelGemm(module)
 
 

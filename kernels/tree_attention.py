@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from treespec.kernels.cpu_extension import load_cpu_extension
+from treespec.kernels.cpu_extension import load_cpu_kernels
 from treespec.kernels.speed_check import fast_enough
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
@@ -134,7 +134,7 @@ def tree_attention() -> TreeAttention | None:
 
 def build_tree_attention() -> TreeAttention | None:
     """The kernel however fast it runs (its tests), or None where it cannot be built."""
-    module = load_cpu_extension("tree_attention")
+    module = load_cpu_kernels()
     return None if module is None else TreeAttention(module)
 
 

@@ -8,8 +8,11 @@
 // panels the same way, with a block shaped for the multiply-adds (below).
 // Each output element is one FMA chain over k in order, whatever M and however rows are grouped, so a
 // row's result does not depend on the rows beside it. The torch reference is x @ W (panel_gemm.py).
-#include <torch/extension.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+
+#include "kernels.h"
 
 #include <algorithm>
 #include <array>
@@ -179,14 +182,16 @@ void panel_range(const float* x, int64_t M, int64_t K, const W* panels, int64_t 
   }
 }
 
-bool packable(const torch::Tensor& t) {
-  return t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kBFloat16;
+bool packable(const at::Tensor& t) {
+  return t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16;
 }
 
 }  // namespace
 
+namespace treespec {
+
 // W [K, N] float32 or bfloat16 (N a multiple of 32) -> panels [N / 32, K, 32] in W's dtype.
-torch::Tensor pack(const torch::Tensor& weight) {
+at::Tensor pack(const at::Tensor& weight) {
   TORCH_CHECK(weight.dim() == 2 && packable(weight), "pack: need a 2-D float32 or bfloat16 weight");
   TORCH_CHECK(weight.size(1) % kPanel == 0, "pack: columns must be a multiple of ", kPanel);
   const int64_t K = weight.size(0), N = weight.size(1);
@@ -194,21 +199,21 @@ torch::Tensor pack(const torch::Tensor& weight) {
 }
 
 // x [M, K] float32, panels [P, K, 32] float32 or bfloat16 -> y [M, P * 32] float32.
-torch::Tensor matmul(const torch::Tensor& x_in, const torch::Tensor& panels) {
-  TORCH_CHECK(x_in.dim() == 2 && x_in.scalar_type() == torch::kFloat32, "matmul: need a 2-D float32 input");
+at::Tensor matmul(const at::Tensor& x_in, const at::Tensor& panels) {
+  TORCH_CHECK(x_in.dim() == 2 && x_in.scalar_type() == at::kFloat, "matmul: need a 2-D float32 input");
   TORCH_CHECK(panels.dim() == 3 && panels.size(2) == kPanel && panels.is_contiguous() && packable(panels),
               "matmul: bad panels");
   TORCH_CHECK(x_in.size(1) == panels.size(1), "matmul: input width ", x_in.size(1), " != ", panels.size(1));
-  const torch::Tensor x = x_in.contiguous();
+  const at::Tensor x = x_in.contiguous();
   const int64_t M = x.size(0), K = x.size(1), P = panels.size(0), N = P * kPanel;
-  torch::Tensor y = torch::empty({M, N}, x.options());
+  at::Tensor y = at::empty({M, N}, x.options());
   if (M == 0 || N == 0) return y;
   const float* xs = x.data_ptr<float>();
   float* ys = y.data_ptr<float>();
   const auto run = [&](const auto* ps) {
     at::parallel_for(0, P, 1, [&](int64_t begin, int64_t end) { panel_range(xs, M, K, ps, begin, end, ys, N); });
   };
-  if (panels.scalar_type() == torch::kBFloat16) {
+  if (panels.scalar_type() == at::kBFloat16) {
     run(reinterpret_cast<const uint16_t*>(panels.data_ptr<at::BFloat16>()));
   } else {
     run(panels.data_ptr<float>());
@@ -216,7 +221,4 @@ torch::Tensor matmul(const torch::Tensor& x_in, const torch::Tensor& panels) {
   return y;
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("pack", &pack, "W [K, N] -> panels [N / 32, K, 32]");
-  m.def("matmul", &matmul, "x [M, K] @ panels -> y [M, N]");
-}
+}  // namespace treespec

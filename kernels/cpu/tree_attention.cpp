@@ -9,8 +9,11 @@
 // add exact zeros, and the chunks lie at fixed key positions, so a query's result depends only on the
 // keys it sees: not on the other rows, and a verified chain's row equals the decode row, bit for bit.
 // The torch reference is SDPA with the same mask (tree_attention.py).
-#include <torch/extension.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+
+#include "kernels.h"
 
 #include <algorithm>
 #include <array>
@@ -278,20 +281,22 @@ void merge(const Sequence& s, int64_t group, int64_t hpg, int64_t head_dim, int6
 
 }  // namespace
 
+namespace treespec {
+
 // q [T, H, D] (last dim contiguous); k, v [S, Hkv, D] contiguous slot pools; sequences [B, 5] long:
 // (row_start, num_new, cached_len, slot_offset, mask_offset); slots: every sequence's kv_len flat
 // slots; masks: every sequence's num_new x num_new bool mask over its new tokens (row: query).
 // Returns [sum num_new, H * D], the sequences' rows in order.
-torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                     const torch::Tensor& sequences, const torch::Tensor& slots, const torch::Tensor& masks,
+at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& sequences, const at::Tensor& slots, const at::Tensor& masks,
                      double scale) {
-  TORCH_CHECK(q.dim() == 3 && q.scalar_type() == torch::kFloat32 && q.stride(2) == 1, "attend: bad q");
-  TORCH_CHECK(k.dim() == 3 && k.is_contiguous() && k.scalar_type() == torch::kFloat32, "attend: bad k");
-  TORCH_CHECK(v.sizes() == k.sizes() && v.is_contiguous() && v.scalar_type() == torch::kFloat32, "attend: bad v");
-  TORCH_CHECK(sequences.dim() == 2 && sequences.size(1) == 5 && sequences.scalar_type() == torch::kLong &&
+  TORCH_CHECK(q.dim() == 3 && q.scalar_type() == at::kFloat && q.stride(2) == 1, "attend: bad q");
+  TORCH_CHECK(k.dim() == 3 && k.is_contiguous() && k.scalar_type() == at::kFloat, "attend: bad k");
+  TORCH_CHECK(v.sizes() == k.sizes() && v.is_contiguous() && v.scalar_type() == at::kFloat, "attend: bad v");
+  TORCH_CHECK(sequences.dim() == 2 && sequences.size(1) == 5 && sequences.scalar_type() == at::kLong &&
                   sequences.is_contiguous(), "attend: bad sequences");
-  TORCH_CHECK(slots.scalar_type() == torch::kLong && slots.is_contiguous(), "attend: bad slots");
-  TORCH_CHECK(masks.scalar_type() == torch::kBool && masks.is_contiguous(), "attend: bad masks");
+  TORCH_CHECK(slots.scalar_type() == at::kLong && slots.is_contiguous(), "attend: bad slots");
+  TORCH_CHECK(masks.scalar_type() == at::kBool && masks.is_contiguous(), "attend: bad masks");
   const int64_t heads = q.size(1), head_dim = q.size(2), kv_heads = k.size(1);
   TORCH_CHECK(k.size(2) == head_dim && kv_heads > 0 && heads % kv_heads == 0, "attend: head shapes");
   const ChunkKernel kernel = kernel_for(head_dim);
@@ -336,7 +341,7 @@ torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch
       kernel(pb, seqs[w.sequence], w, partials.data() + w.partial);
     }
   });
-  torch::Tensor out = torch::empty({rows, heads * head_dim}, q.options());
+  at::Tensor out = at::empty({rows, heads * head_dim}, q.options());
   float* o = out.data_ptr<float>();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t g = 0; g < kv_heads; ++g) {
@@ -346,6 +351,4 @@ torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch
   return out;
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("attend", &attend, "rows of each sequence attended over the paged KV cache");
-}
+}  // namespace treespec

@@ -1,0 +1,10 @@
+// The Python module of the CPU kernels (kernels.h): the only source that includes torch's bindings.
+#include <torch/csrc/utils/pybind.h>
+
+#include "kernels.h"
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("pack", &treespec::pack, "W [K, N] -> panels [N / 32, K, 32]");
+  m.def("matmul", &treespec::matmul, "x [M, K] @ panels -> y [M, N]");
+  m.def("attend", &treespec::attend, "rows of each sequence attended over the paged KV cache");
+}

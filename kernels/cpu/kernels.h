@@ -1,0 +1,19 @@
+// The CPU kernels' entry points (panel_gemm.cpp, tree_attention.cpp), bound for Python in
+// bindings.cpp: one extension of all of them, its sources compiled side by side. The kernels include
+// ATen's headers only; torch's Python bindings are compiled once, in bindings.cpp.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+namespace treespec {
+
+// W [K, N] float32 or bfloat16 (N a multiple of 32) -> panels [N / 32, K, 32] in W's dtype.
+at::Tensor pack(const at::Tensor& weight);
+
+// x [M, K] float32, panels [P, K, 32] float32 or bfloat16 -> y [M, P * 32] float32.
+at::Tensor matmul(const at::Tensor& x_in, const at::Tensor& panels);
+
+// Rows of each sequence attended over the paged KV cache (tree_attention.cpp has the layout).
+at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sequences,
+                  const at::Tensor& slots, const at::Tensor& masks, double scale);
+
+}  // namespace treespec
