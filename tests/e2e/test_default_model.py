@@ -1,12 +1,14 @@
 """The real import of the bundled SmolLM2-135M-Instruct GGUF into a Hugging Face folder.
 
-One conversion per module into a temporary models folder; when $TREESPEC_MODELS_DIR holds an
-imported default model (as `make test` arranges), that folder is checked the same way.
+The folder `make test` imported the model into is checked against what transformers reads from the
+GGUF itself; a copy of it in a temporary models folder is imported again (a no-op) and then forced
+to convert again over a killed run's leftovers, and the conversion is checked the same way.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,23 +44,23 @@ def offline() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def fresh_models_dir(offline: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    models_dir = tmp_path_factory.mktemp("models")
-    gguf_import.import_default_model(models_dir)
-    return models_dir
-
-
-@pytest.fixture(scope="module", params=["fresh", "environment"])
-def model_path(request: pytest.FixtureRequest, fresh_models_dir: Path) -> Path:
-    if request.param == "fresh":
-        return store.default_model_path(fresh_models_dir)
-    # The folder every command uses ($TREESPEC_MODELS_DIR or ~/.cache/treespec/models), which
-    # `make test` fills before pytest runs.
+def model_path() -> Path:
+    """The folder every command uses ($TREESPEC_MODELS_DIR or ~/.cache/treespec/models), which
+    `make test` fills before pytest runs (on a clean machine, a fresh import)."""
     path = store.default_model_path(store.models_dir())
     assert store.is_imported(path), (
         f"no imported default model in {path}: run `treespec models import-default`"
     )
     return path
+
+
+@pytest.fixture(scope="module")
+def fresh_models_dir(offline: None, model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A models folder of the module's own holding a copy of that import (the forced import below
+    converts the GGUF again, once)."""
+    models_dir = tmp_path_factory.mktemp("models")
+    shutil.copytree(model_path, store.default_model_path(models_dir))
+    return models_dir
 
 
 @pytest.fixture(scope="module")
@@ -177,3 +179,6 @@ def test_force_reimports_over_leftovers(fresh_models_dir: Path, reference: Refer
         store.DEFAULT_MODEL_NAME
     ]
     _assert_weights_equal(target, reference)
+    test_config(target)
+    test_files_and_record(target)
+    test_reloaded_model_reproduces_the_gguf_logits(target, reference)
