@@ -1,5 +1,5 @@
-"""`treespec serve` as a user runs it: prints the URL, serves, stops everything on Ctrl-C or when a
-child dies."""
+"""`treespec serve` as a user runs it: prints the URL, serves (with EAGLE3 co-located, its drafts
+accepted), restarts a drafter that dies, stops everything on Ctrl-C or when another child dies."""
 
 from __future__ import annotations
 
@@ -65,20 +65,6 @@ def services_named(process: subprocess.Popen[str], name: str) -> list[psutil.Pro
     return found
 
 
-def test_ctrl_c_stops_every_service(serve: tuple[subprocess.Popen[str], int]) -> None:
-    process, port = serve
-    wait_for_url(process, port)
-    services = children(process)
-    assert len(services) == 3
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
-    reply = client.completions.create(model=client.models.list().data[0].id, prompt="Hello", max_tokens=4)
-    assert reply.choices[0].text
-    process.send_signal(signal.SIGINT)
-    assert process.wait(timeout=60) == 0
-    _, alive = psutil.wait_procs(services, timeout=10)
-    assert not alive
-
-
 def test_a_dying_service_stops_the_others(serve: tuple[subprocess.Popen[str], int]) -> None:
     process, port = serve
     wait_for_url(process, port)
@@ -91,17 +77,14 @@ def test_a_dying_service_stops_the_others(serve: tuple[subprocess.Popen[str], in
 
 
 @pytest.mark.parametrize(
-    "serve",
-    [
-        ["--speculative-algorithm", "EAGLE3"],
-        ["--speculative-algorithm", "EAGLE3", "--speculative-eagle-ngram"],
-    ],
-    ids=["eagle3", "eagle3-with-ngram"],
-    indirect=True,
+    "serve", [["--speculative-algorithm", "EAGLE3", "--speculative-eagle-ngram"]], indirect=True
 )
-def test_eagle3_serves_with_the_shipped_head_co_located(serve: tuple[subprocess.Popen[str], int]) -> None:
-    """The drafter process maps the verifier's features through shared memory and its drafts are
-    accepted: the figures in meta_info come from the whole stack, OpenAI SDK to head."""
+def test_eagle3_with_ngram_serves_with_the_shipped_head_co_located(
+    serve: tuple[subprocess.Popen[str], int],
+) -> None:
+    """The drafter process maps the verifier's features through shared memory and its merged drafts
+    are accepted: the figures in meta_info come from the whole stack, OpenAI SDK to head (EAGLE3
+    alone: the dying drafter's test below)."""
     process, port = serve
     wait_for_url(process, port)
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
@@ -125,21 +108,28 @@ def test_eagle3_serves_with_the_shipped_head_co_located(serve: tuple[subprocess.
 def test_a_dying_drafter_is_restarted_and_costs_no_request(serve: tuple[subprocess.Popen[str], int]) -> None:
     """The drafter is not essential: killed, it is restarted while the verifier decodes plainly, and
     drafting resumes once the verifier's Draft stream reaches the new process (a co-located one's over
-    the local socket the killed process left behind, which the new one takes over)."""
+    the local socket the killed process left behind, which the new one takes over). Ctrl-C then stops
+    every service, the new drafter too."""
     process, port = serve
     wait_for_url(process, port)
+    assert all(len(services_named(process, name)) == 1 for name in ("gateway", "verifier", "drafter"))
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
     model = client.models.list().data[0].id
     repeat = "Repeat exactly: one two three four five six, one two three four five six."
 
-    def drafted() -> int:
+    def speculated() -> tuple[int, int]:
         reply = client.chat.completions.create(
             model=model, messages=[{"role": "user", "content": repeat}], max_tokens=16, temperature=0
         )
         assert reply.choices[0].message.content
-        return int((reply.model_extra or {})["meta_info"]["spec_drafted_tokens"])
+        meta = (reply.model_extra or {})["meta_info"]
+        return int(meta["spec_drafted_tokens"]), int(meta["spec_accepted_tokens"])
 
-    assert drafted() > 0
+    def drafted() -> int:
+        return speculated()[0]
+
+    drafts, accepted = speculated()
+    assert drafts > 0 and accepted > 0
     old = services_named(process, "drafter")[0]
     old.kill()
     old.wait(timeout=10)
@@ -153,8 +143,11 @@ def test_a_dying_drafter_is_restarted_and_costs_no_request(serve: tuple[subproce
     else:
         raise AssertionError("drafting did not resume after the drafter was killed")
     assert process.poll() is None
+    services = children(process)
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=60) == 0
+    _, alive = psutil.wait_procs(services, timeout=10)
+    assert not alive
 
 
 def test_a_vllm_draft_model_config_serves_with_a_standalone_draft_model(smollm_path: Path) -> None:
