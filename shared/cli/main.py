@@ -14,17 +14,32 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from treespec.shared.cli import bench, drafter, gateway, models, serve, train_eagle, verifier
+from treespec.shared.cli import bench, drafter, gateway, models, run_batch, serve, train_eagle, verifier
+from treespec.shared.cli.serve import ServeFlagsError
 from treespec.shared.cli.speculative_config import SpeculativeConfigError, expand
 from treespec.shared.launcher.parent_watch import watch_parent
 from treespec.shared.launcher.supervisor import ServiceFailedError
 from treespec.shared.model.errors import ModelLoadError
 from treespec.shared.model.store import ModelStoreError
 
-VERB_MODULES: tuple[ModuleType, ...] = (models, bench, serve, drafter, verifier, gateway, train_eagle)
+VERB_MODULES: tuple[ModuleType, ...] = (
+    models,
+    bench,
+    serve,
+    run_batch,
+    drafter,
+    verifier,
+    gateway,
+    train_eagle,
+)
 
 # Errors a user can cause and fix: reported in one line, without a traceback.
-EXPECTED_ERRORS: tuple[type[Exception], ...] = (ModelStoreError, ModelLoadError, ServiceFailedError, OSError)
+EXPECTED_ERRORS: tuple[type[Exception], ...] = (
+    ModelStoreError,
+    ModelLoadError,
+    ServiceFailedError,
+    OSError,
+)
 
 
 def _version() -> str:
@@ -56,6 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     watch_parent(os.environ)  # a service started by a launcher stops when the launcher dies
     try:
         return int(args.handler(args))
+    except ServeFlagsError as exc:
+        print(f"treespec {args.verb}: error: {exc}", file=sys.stderr)
+        return 2
     except EXPECTED_ERRORS as exc:
         print(f"treespec: error: {exc}", file=sys.stderr)
         return 2

@@ -7,7 +7,6 @@ import atexit
 import logging
 import os
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,12 +126,26 @@ def private_socket_path() -> Path:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("serve", help="all-in-one server: drafter + verifier + OpenAI gateway")
+    add_serve_arguments(p)
+    p.set_defaults(handler=_run)
+
+
+def add_serve_arguments(p: argparse.ArgumentParser, listening: bool = True) -> None:
+    """The all-in-one stack's flags; without `listening`, none of its addresses (they are free
+    loopback ports) nor API keys (a stack of the command's own, as `run-batch` starts)."""
     p.add_argument("--model-path", help="HF model directory (default: the bundled SmolLM2-135M-Instruct)")
-    p.add_argument("--host", default="127.0.0.1", help="gateway host")
-    p.add_argument("--port", type=port, default=8000, help="gateway port")
-    p.add_argument("--verifier-port", type=port, default=50051)
-    p.add_argument("--drafter-port", type=port, default=50061)
-    p.add_argument("--verifier-metrics-port", type=port, default=None, help="Prometheus port of the verifier")
+    if listening:
+        p.add_argument("--host", default="127.0.0.1", help="gateway host")
+        p.add_argument("--port", type=port, default=8000, help="gateway port")
+        p.add_argument("--verifier-port", type=port, default=50051)
+        p.add_argument("--drafter-port", type=port, default=50061)
+        p.add_argument(
+            "--verifier-metrics-port", type=port, default=None, help="Prometheus port of the verifier"
+        )
+        p.add_argument("--api-key", action="append", default=[], help="accepted API key (repeatable)")
+    else:
+        p.set_defaults(host="127.0.0.1", port=None, verifier_port=None, drafter_port=None)
+        p.set_defaults(verifier_metrics_port=None, api_key=[])
     p.add_argument(
         "--speculative-algorithm", default=DEFAULT_ALGORITHM, help="drafter to run (NONE: plain decoding)"
     )
@@ -145,7 +158,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help=f"how long the verifier waits for a step's drafts (default: {DRAFT_DEADLINE_MS}; "
         f"STANDALONE: {MODEL_DRAFT_DEADLINE_MS})",
     )
-    p.add_argument("--api-key", action="append", default=[], help="accepted API key (repeatable)")
     p.add_argument("--served-model-name", default=None)
     add_engine_arguments(p)
     add_profile_argument(p)
@@ -153,11 +165,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_chat_template_arguments(p)
     add_responses_store_argument(p)
     add_plugin_arguments(p)
-    p.set_defaults(handler=_run)
+
+
+class ServeFlagsError(ValueError):
+    """Flags of `serve` (or `run-batch`) that cannot work together; the command exits 2 with it."""
 
 
 def _run(ns: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    config = serve_config(ns)
+    supervisor = Supervisor(services(config))
+    supervisor.start_all()
+    print(f"treespec is serving {config.model_path.name} at {config.url}/v1 (Ctrl-C stops)", flush=True)
+    return supervisor.run_until_stopped()
+
+
+def serve_config(ns: argparse.Namespace) -> ServeConfig:
+    """The stack the flags ask for (add_serve_arguments); a ServeFlagsError names what cannot work,
+    before anything starts. Addresses left unset are free loopback ports."""
     options = plugin_options(ns, ns.speculative_algorithm)
     try:
         check_plugin_options(ns.speculative_algorithm, options)
@@ -168,14 +193,13 @@ def _run(ns: argparse.Namespace) -> int:
         if colocated and ns.device.startswith("cuda"):
             raise ValueError(CUDA_COLOCATION)
     except ValueError as exc:
-        print(f"treespec serve: error: {exc}", file=sys.stderr)
-        return 2
-    config = ServeConfig(
+        raise ServeFlagsError(str(exc)) from exc
+    return ServeConfig(
         model_path=resolve_model_path(ns.model_path, models_dir()),
         host=ns.host,
-        port=ns.port,
-        verifier_port=ns.verifier_port,
-        drafter_port=ns.drafter_port,
+        port=ns.port or free_port(),
+        verifier_port=ns.verifier_port or free_port(),
+        drafter_port=ns.drafter_port or free_port(),
         algorithm=ns.speculative_algorithm,
         num_steps=budget.num_steps,
         eagle_topk=budget.eagle_topk,
@@ -198,10 +222,6 @@ def _run(ns: argparse.Namespace) -> int:
         tree_cost=budget.tree_cost,
         colocation_socket=private_socket_path() if colocated else None,
     )
-    supervisor = Supervisor(services(config))
-    supervisor.start_all()
-    print(f"treespec is serving {config.model_path.name} at {config.url}/v1 (Ctrl-C stops)", flush=True)
-    return supervisor.run_until_stopped()
 
 
 def services(c: ServeConfig) -> list[ServiceProcess]:

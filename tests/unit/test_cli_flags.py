@@ -47,6 +47,7 @@ def _exit_code(argv: list[str]) -> int:
         (["serve", "--verifier-port", "65536"], "--verifier-port"),
         (["serve", "--speculative-num-steps", "0"], "--speculative-num-steps"),
         (["serve", "--speculative-node-cost", "x"], "--speculative-node-cost"),
+        (["run-batch", "-i", "in", "-o", "out", "--max-concurrency", "0"], "--max-concurrency"),
         (["verifier", "--speculative-tree-cost", "-0.5"], "--speculative-tree-cost"),
         (["bench", "ngram", "--speculative-tree-cost", "nan"], "--speculative-tree-cost"),
         (["drafter", "--kind", "ngram", "--vocab-size", "0"], "--vocab-size"),
@@ -300,3 +301,12 @@ def test_the_chat_template_flags_reach_the_gateway_through_serve_and_a_bad_one_s
         next(p for p in services(ServeConfig.on_free_ports(tmp_path, "NGRAM")) if p.name == "gateway").argv
     )
     assert "--chat-template" not in plain and "--trust-request-chat-template" not in plain
+
+
+def test_run_batch_refuses_bad_drafter_settings_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out.jsonl"
+    argv = ["run-batch", "-i", str(tmp_path / "in.jsonl"), "-o", str(out)]
+    assert _exit_code([*argv, "--speculative-ngram-capacity", "0"]) == 2
+    assert "treespec run-batch: error:" in capsys.readouterr().err and not out.exists()
