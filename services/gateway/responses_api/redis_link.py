@@ -1,7 +1,8 @@
 """A gateway store's connection to Redis (redis_store.py, redis_conversations.py): each command waits
 `timeout_s` at most; a failure is logged once per outage, and is a 503 for a client that asked for
 something (`call`) or skipped where it must not fail what is being made (`attempt`). The client
-reconnects by itself."""
+reconnects by itself, and a command that finds its pooled connection closed (Redis restarted) is
+tried once more on a new one."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 import redis.asyncio as redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from treespec.gateway.errors import APIError
@@ -54,7 +58,15 @@ class RedisLink:
     def __init__(self, url: str, what: str, timeout_s: float = TIMEOUT_S) -> None:
         self.url = url
         self._what = what  # the store, as the log names it
-        self.client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        self.client = redis.Redis.from_url(
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+            # A pooled connection that went stale (Redis restarted) fails once and is made anew:
+            # the command is tried again at once on a fresh one. A timeout is not retried.
+            retry=Retry(NoBackoff(), 1),
+            retry_on_error=[RedisConnectionError],
+        )
         self._down = False
 
     def script(self, source: str) -> AsyncScript:
