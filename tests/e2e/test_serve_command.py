@@ -65,17 +65,6 @@ def services_named(process: subprocess.Popen[str], name: str) -> list[psutil.Pro
     return found
 
 
-def test_a_dying_service_stops_the_others(serve: tuple[subprocess.Popen[str], int]) -> None:
-    process, port = serve
-    wait_for_url(process, port)
-    services = children(process)
-    verifier = services_named(process, "verifier")[0]
-    os.kill(verifier.pid, signal.SIGKILL)
-    assert process.wait(timeout=60) == 1
-    _, alive = psutil.wait_procs(services, timeout=10)
-    assert not alive
-
-
 @pytest.mark.parametrize(
     "serve", [["--speculative-algorithm", "EAGLE3", "--speculative-eagle-ngram"]], indirect=True
 )
@@ -153,7 +142,8 @@ def test_a_dying_drafter_is_restarted_and_costs_no_request(serve: tuple[subproce
 def test_a_vllm_draft_model_config_serves_with_a_standalone_draft_model(smollm_path: Path) -> None:
     """vLLM's `draft_model` method through `treespec serve`: a drafter process runs the draft model
     (SmolLM2 itself here, the one model on this machine: its drafts are the target's own greedy
-    continuations), the verifier accepts them, and the reply is plain decoding's."""
+    continuations), the verifier accepts them, and the reply is plain decoding's. Then the verifier is
+    killed: the launcher stops every other service and exits 1."""
     port = free_port()
     config = {"method": "draft_model", "model": str(smollm_path), "num_speculative_tokens": 3}
     args = ["serve", "--model-path", str(smollm_path), "--port", str(port)]
@@ -188,8 +178,12 @@ def test_a_vllm_draft_model_config_serves_with_a_standalone_draft_model(smollm_p
             extra_body={"speculation": {"enabled": False}},
         )
         assert reply.choices[0].message.content == plain.choices[0].message.content
-        process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=60) == 0
+        # An essential service that dies stops the others, and serve exits 1.
+        services = children(process)
+        os.kill(services_named(process, "verifier")[0].pid, signal.SIGKILL)
+        assert process.wait(timeout=60) == 1
+        _, alive = psutil.wait_procs(services, timeout=10)
+        assert not alive
     finally:
         if process.poll() is None:
             process.kill()

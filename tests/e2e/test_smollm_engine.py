@@ -52,7 +52,8 @@ def test_plain_greedy_reproduces_hf_generate(
 ) -> None:
     assert len(bench_prompt_ids) >= 10
     next_logits = hf_next_logits(smollm_hf)
-    for prompt, ours in zip(bench_prompt_ids, plain, strict=True):
+    # HF's generate on the six shortest (each of another category): its decoding is the slow side.
+    for prompt, ours in zip(bench_prompt_ids[:6], plain[:6], strict=True):
         with torch.no_grad():
             out = smollm_hf.generate(  # type: ignore[operator]
                 torch.tensor([prompt]), max_new_tokens=NEW_TOKENS, do_sample=False
@@ -99,7 +100,7 @@ def test_speculation_is_lossless_batched(
 def test_sampling_with_a_seed_reproduces(
     smollm_path: Path, smollm: CausalLM, bench_prompt_ids: list[list[int]]
 ) -> None:
-    prompts = bench_prompt_ids[:3]
+    prompts = bench_prompt_ids[:2]
     kw: dict[str, Any] = dict(temperature=0.8, top_p=0.95, seed=1234)
     a = run(
         smollm_path,

@@ -1,10 +1,10 @@
 """Speculative sampling through the engine reproduces the target's exact distribution.
 
 A tiny model with a 24-token vocabulary: the exact distribution of the first three sampled tokens
-(13,824 outcomes) is enumerated from the model, and 6,000 engine samples per setting, drafted by
+(13,824 outcomes) is enumerated from the model, and 4,000 engine samples per setting, drafted by
 trees from a deliberately different distribution q, must pass a chi-square goodness-of-fit test
 (a rejection that lowers only the tried child's residual weight, not its untried siblings', fails
-it at p = 9e-56);
+it at p = 9e-56 with 6,000);
 unseeded requests go through recursive rejection sampling, seeded ones through sampling by position,
 whose outputs must also equal plain decoding's for the same seeds.
 """
@@ -33,7 +33,7 @@ from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine
 from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
 
-SAMPLES = 6_000
+SAMPLES = 4_000
 
 SETTINGS = {
     "t0.7": Setting(0.7),
