@@ -39,6 +39,9 @@ class GroupPlan:
     out_rows: torch.Tensor | None  # [n] padded flat row holding each of the group's token outputs
     kv_range: tuple[int, int] | None = None  # one sequence whose slots are one run: a view, no gather
     rows: RowAttentionPlan | None = None  # the row kernel's inputs, where it may take the group
+    # One chain with nothing cached before it (a prompt's first chunk): SDPA's own causal masking,
+    # which skips the blocks above the diagonal instead of computing and masking them (mask is None).
+    causal: bool = False
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,11 @@ class TorchAttentionBackend(AttentionBackend):
 
     def _group_plan(self, seqs: list[SequenceLayout], starts: list[int], device: torch.device) -> GroupPlan:
         """`starts`: each sequence's first row among the forward's tokens."""
+        if len(seqs) == 1 and self._plain_causal(seqs[0]):
+            s = seqs[0]
+            rows = slice(starts[0], starts[0] + s.num_new)
+            slots = s.kv_slots
+            return GroupPlan(rows, slots[None].to(device), None, None, None, _as_range(slots), causal=True)
         masks = [self._sequence_mask(s) for s in seqs]
         kernel_rows = self._rows_plan(seqs, starts, masks, device)
         if len(seqs) == 1:
@@ -140,6 +148,13 @@ class TorchAttentionBackend(AttentionBackend):
         out_rows = valid.flatten().nonzero().squeeze(1).to(device)
         mask = None if bool(mask_pad.all()) else mask_pad.to(device)
         return GroupPlan(token_rows, kv_index.to(device), mask, q_rows.to(device), out_rows, rows=kernel_rows)
+
+    def _plain_causal(self, s: SequenceLayout) -> bool:
+        """A chain from position 0, longer than the row kernel takes, within the sliding window: each
+        token attends to itself and every token before it, which is SDPA's is_causal (aligned top-left,
+        which is right when nothing is cached before the chain)."""
+        within_window = self.sliding_window is None or s.kv_len <= self.sliding_window
+        return s.tree_parents is None and s.cached_len == 0 and s.num_new > MAX_ROWS and within_window
 
     def _causal_mask(self, n: int) -> torch.Tensor:
         mask = self._causal.get(n)
@@ -180,7 +195,9 @@ def _sdpa_group(
         keys = k_flat.index_select(0, flat_index).view(shape).transpose(1, 2)
         values = v_flat.index_select(0, flat_index).view(shape).transpose(1, 2)
         queries = q[group.q_rows].transpose(1, 2)
-    out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=group.mask, enable_gqa=True)
+    out = F.scaled_dot_product_attention(
+        queries, keys, values, attn_mask=group.mask, is_causal=group.causal, enable_gqa=True
+    )
     out = out.transpose(1, 2)  # [B, max_q, heads, head_dim]
     if group.out_rows is None:
         return out[0].flatten(1)

@@ -62,10 +62,11 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / b.abs().max())
 
 
+@pytest.mark.parametrize("length", [21, 80])  # 80: a prompt longer than the row kernel takes, causal SDPA
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_logits_match_hf(tmp_path: Path, family: str) -> None:
+def test_logits_match_hf(tmp_path: Path, family: str, length: int) -> None:
     hf = make_checkpoint(tmp_path, family)
-    ids = torch.randint(0, TINY["vocab_size"], (21,), generator=torch.Generator().manual_seed(1))
+    ids = torch.randint(0, TINY["vocab_size"], (length,), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         want = hf(ids[None]).logits[0]
     got = PagedDriver(load_model(tmp_path)).forward([(Seq(), ids, None)])[0]

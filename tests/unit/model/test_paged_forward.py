@@ -25,11 +25,19 @@ def ids(n: int, seed: int) -> torch.Tensor:
     return torch.randint(0, TINY["vocab_size"], (n,), generator=torch.Generator().manual_seed(seed))
 
 
-def test_chunked_prefill_equals_one_shot(model: CausalLM) -> None:
+@pytest.mark.parametrize(
+    "chunks",
+    [
+        [5, 1, 13, 7, 11],  # each within the row kernel's rows
+        [33, 4],  # a first chunk past them (SDPA's causal masking), then one after a cached prefix
+        [1, 36],  # a chunk past them after a cached prefix (SDPA with a mask)
+    ],
+)
+def test_chunked_prefill_equals_one_shot(model: CausalLM, chunks: list[int]) -> None:
     prompt = ids(37, 0)
     want = PagedDriver(model).forward([(Seq(), prompt, None)])[0]
     driver, seq = PagedDriver(model), Seq()
-    got = torch.cat([driver.forward([(seq, chunk, None)])[0] for chunk in prompt.split([5, 1, 13, 7, 11])])
+    got = torch.cat([driver.forward([(seq, chunk, None)])[0] for chunk in prompt.split(chunks)])
     assert rel_err(got, want) < 1e-5
 
 
