@@ -1,5 +1,6 @@
 """CPU float32 matmuls over weights packed into column panels (cpu/panel_gemm.cpp), for the few rows
-of decode and verify steps.
+of decode and verify steps. Weights lie in float32, bfloat16 or int8 with a scale per column
+(`pack_int8`, for a draft head: a quarter of float32's bytes).
 
 A decode step multiplies 1 row by every weight, a verify step 2-16 rows (tree nodes), and both are
 bound by streaming the weights from memory once. Library GEMMs do not reach that bound at these sizes
@@ -30,6 +31,7 @@ from treespec.kernels.cpu_extension import load_cpu_kernels, on_x86
 from treespec.kernels.speed_check import fast_enough
 
 PANEL = 32  # columns per panel (kPanel in the source)
+INT8_MAX = 127  # int8 panels hold -127..127 (symmetric: -128 is never used)
 
 
 @dataclass(frozen=True)
@@ -42,13 +44,21 @@ class PanelGemm:
         """[in, out] float32 or bfloat16 -> panels in that dtype (columns padded with zeros to a multiple of
         PANEL). Products read bfloat16 panels widened to float32 (exactly) and take float32 rows."""
         out = dense.shape[1]
-        pad = -out % PANEL
-        if pad:
-            dense = torch.nn.functional.pad(dense, (0, pad))
-        return PanelWeight(self.module.pack(dense.contiguous()), out, self)
+        return PanelWeight(self.module.pack(_padded(dense).contiguous()), out, self)
+
+    def pack_int8(self, dense: torch.Tensor) -> PanelWeight:
+        """[in, out] float -> int8 panels and a float32 scale per column: each column rounded to the
+        nearest of 255 evenly spaced values over [-max |w|, max |w|] (symmetric, per output channel).
+        Products widen the int8 values to float32 (exactly) and scale the sums."""
+        out = dense.shape[1]
+        columns = _padded(dense.float())
+        scales = columns.abs().amax(dim=0) / INT8_MAX
+        scales = torch.where(scales > 0, scales, torch.ones_like(scales))  # a zero column stays zero
+        quantized = torch.round(columns / scales).clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
+        return PanelWeight(self.module.pack(quantized.contiguous()), out, self, scales.contiguous())
 
     def matmul(self, x: torch.Tensor, weight: PanelWeight) -> torch.Tensor:
-        y = self.module.matmul(x, weight.panels)
+        y = self.module.matmul(x, weight.panels, weight.scales)
         if y.shape[1] != weight.out_features:
             y = y[:, : weight.out_features].contiguous()
         return y
@@ -58,19 +68,28 @@ class PanelGemm:
 class PanelWeight:
     """A matmul weight [in, out] in the panel layout, with the kernel that reads it."""
 
-    panels: torch.Tensor  # [ceil(out / PANEL), in, PANEL]
+    panels: torch.Tensor  # [ceil(out / PANEL), in, PANEL]: float32, bfloat16 or int8
     out_features: int
     gemm: PanelGemm
+    scales: torch.Tensor | None = None  # [ceil(out / PANEL) * PANEL] float32: int8 panels' column scales
 
     @property
     def shape(self) -> tuple[int, int]:
         return (self.panels.shape[1], self.out_features)
 
     def to_dense(self) -> torch.Tensor:
-        """[in, out], exactly the packed values."""
+        """[in, out], exactly the packed values (int8 ones times their scales, in float32)."""
         width = self.panels.shape[0] * PANEL
         dense = self.panels.permute(1, 0, 2).reshape(self.panels.shape[1], width)
+        if self.scales is not None:
+            dense = dense.float() * self.scales
         return dense[:, : self.out_features].contiguous()
+
+
+def _padded(dense: torch.Tensor) -> torch.Tensor:
+    """Zero columns added up to a multiple of PANEL."""
+    pad = -dense.shape[1] % PANEL
+    return torch.nn.functional.pad(dense, (0, pad)) if pad else dense
 
 
 def panel_linear(x: torch.Tensor, weight: PanelWeight) -> torch.Tensor:

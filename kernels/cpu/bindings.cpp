@@ -5,6 +5,7 @@
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack", &treespec::pack, "W [K, N] -> panels [N / 32, K, 32]");
-  m.def("matmul", &treespec::matmul, "x [M, K] @ panels -> y [M, N]");
+  m.def("matmul", &treespec::matmul, "x [M, K] @ panels (int8 ones with their column scales) -> y [M, N]",
+        pybind11::arg("x"), pybind11::arg("panels"), pybind11::arg("scales") = pybind11::none());
   m.def("attend", &treespec::attend, "rows of each sequence attended over the paged KV cache");
 }

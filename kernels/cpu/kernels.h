@@ -4,13 +4,16 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <optional>
+
 namespace treespec {
 
-// W [K, N] float32 or bfloat16 (N a multiple of 32) -> panels [N / 32, K, 32] in W's dtype.
+// W [K, N] float32, bfloat16 or int8 (N a multiple of 32) -> panels [N / 32, K, 32] in W's dtype.
 at::Tensor pack(const at::Tensor& weight);
 
-// x [M, K] float32, panels [P, K, 32] float32 or bfloat16 -> y [M, P * 32] float32.
-at::Tensor matmul(const at::Tensor& x_in, const at::Tensor& panels);
+// x [M, K] float32, panels [P, K, 32] float32, bfloat16 or int8 (with scales [P * 32] float32, one per
+// column) -> y [M, P * 32] float32.
+at::Tensor matmul(const at::Tensor& x_in, const at::Tensor& panels, const std::optional<at::Tensor>& scales);
 
 // Rows of each sequence attended over the paged KV cache (tree_attention.cpp has the layout).
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sequences,

@@ -1,5 +1,7 @@
-// y[M, N] = x[M, K] @ W[K, N] in float32, W packed once into column panels: [N / 32][K][32], in float32 or
-// bfloat16 (widened to float32 as it is read: half the bytes to stream, the same float32 products).
+// y[M, N] = x[M, K] @ W[K, N] in float32, W packed once into column panels: [N / 32][K][32], in float32,
+// bfloat16 (widened to float32 as it is read: half the bytes to stream, the same float32 products) or
+// int8 with a float32 scale per column (W = int8 * scale: a quarter of the bytes; the int8 values are
+// widened to float32 as they are read, multiplied in float32, and the sums scaled as they are stored).
 //
 // Built for the few rows of a decode or verify step (1-16), where library GEMMs lose to the time it
 // takes to stream the weights once: each panel is read from memory once, its next rows prefetched into
@@ -17,9 +19,11 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <optional>
+#include <type_traits>
 #include <utility>
 
-#if defined(__AVX512F__)
+#if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
 
@@ -87,6 +91,30 @@ inline vec load_weights(const float* p) {
   __builtin_memcpy(&v, p, sizeof v);
   return v;
 }
+// int8, sign-extended and converted to float32 (exact): one widening and one conversion per vector.
+#if defined(__AVX512F__)
+inline vec load_weights(const int8_t* p) {
+  const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  vec v;
+  __builtin_memcpy(&v, &f, sizeof v);
+  return v;
+}
+#elif defined(__AVX2__)
+inline vec load_weights(const int8_t* p) {
+  const __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  vec v;
+  __builtin_memcpy(&v, &f, sizeof v);
+  return v;
+}
+#else
+typedef int8_t char_vec __attribute__((vector_size(kVecBytes / 4)));
+typedef int32_t int_vec __attribute__((vector_size(kVecBytes)));
+inline vec load_weights(const int8_t* p) {
+  char_vec c;
+  __builtin_memcpy(&c, p, sizeof c);
+  return __builtin_convertvector(__builtin_convertvector(c, int_vec), vec);
+}
+#endif
 #if defined(__AVX512F__)
 // GCC lowers the generic 16 x 16-bit to 32-bit conversion below in two 256-bit halves (two widenings,
 // an extract and an insert: four shuffles per vector, on the port the second FMA unit shares), which
@@ -109,9 +137,11 @@ inline vec load_weights(const uint16_t* p) {
 #endif
 
 // Rows [M] of x times V vectors of columns of panels [P] (each K * kPanel floats apart; `panel` points
-// at the first column taken) into y's matching columns.
+// at the first column taken) into y's matching columns; int8 weights' sums times their columns' scales
+// (`scale` points at the first column's; float weights have none).
 template <int M, int P, int V, typename W>
-void micro_kernel(const float* x, int64_t ldx, const W* panel, int64_t K, float* y, int64_t ldy) {
+void micro_kernel(const float* x, int64_t ldx, const W* panel, int64_t K, float* y, int64_t ldy,
+                  const float* scale) {
   constexpr int kAcc = P * V;
   const int64_t stride = K * kPanel;
   vec acc[M][kAcc];
@@ -132,6 +162,14 @@ void micro_kernel(const float* x, int64_t ldx, const W* panel, int64_t K, float*
       _Pragma("GCC unroll 32") for (int v = 0; v < kAcc; ++v) acc[m][v] += b * w[v];
     }
   }
+  if constexpr (std::is_same_v<W, int8_t>) {
+    _Pragma("GCC unroll 32") for (int q = 0; q < P; ++q) {
+      _Pragma("GCC unroll 32") for (int v = 0; v < V; ++v) {
+        const vec s = load_weights(scale + q * kPanel + v * kLanes);
+        _Pragma("GCC unroll 32") for (int m = 0; m < M; ++m) acc[m][q * V + v] *= s;
+      }
+    }
+  }
   _Pragma("GCC unroll 32") for (int m = 0; m < M; ++m) {
     _Pragma("GCC unroll 32") for (int q = 0; q < P; ++q) {
       _Pragma("GCC unroll 32") for (int v = 0; v < V; ++v) {
@@ -142,7 +180,7 @@ void micro_kernel(const float* x, int64_t ldx, const W* panel, int64_t K, float*
 }
 
 template <typename W>
-using MicroKernel = void (*)(const float*, int64_t, const W*, int64_t, float*, int64_t);
+using MicroKernel = void (*)(const float*, int64_t, const W*, int64_t, float*, int64_t, const float*);
 
 template <typename W, int V, int... M>
 constexpr std::array<MicroKernel<W>, sizeof...(M) + 1> kernel_table(std::integer_sequence<int, M...>) {
@@ -157,16 +195,18 @@ template <typename W>
 constexpr auto kManyRowsKernels = kernel_table<W, kSliceVecs>(std::make_integer_sequence<int, kManyRows>{});
 
 // Rows of x in chunks of at most `max_rows`, as even as can be (AVX2, 13 rows in chunks of up to 6: 5, 4,
-// 4, not 6, 6, 1), times panel p, slice by slice (`slices` of them, `table[rows]` multiplying one).
+// 4, not 6, 6, 1), times panel p, slice by slice (`slices` of them, `table[rows]` multiplying one);
+// `scale`: the panel's column scales (int8), else null.
 template <typename W>
 void panel_chunks(const MicroKernel<W>* table, int max_rows, int slices, const float* x, int64_t M, int64_t K,
-                  const W* panel, float* y, int64_t N) {
+                  const W* panel, float* y, int64_t N, const float* scale) {
   const int64_t chunks = (M + max_rows - 1) / max_rows;
   const int64_t width = kPanel / slices;
   for (int s = 0; s < slices; ++s) {
+    const float* slice_scale = scale == nullptr ? nullptr : scale + s * width;
     for (int64_t c = 0, m = 0; c < chunks; ++c) {
       const int rows = static_cast<int>((M - m) / (chunks - c));
-      table[rows](x + m * K, K, panel + s * width, K, y + m * N + s * width, N);
+      table[rows](x + m * K, K, panel + s * width, K, y + m * N + s * width, N, slice_scale);
       m += rows;
     }
   }
@@ -180,57 +220,74 @@ void panel_chunks(const MicroKernel<W>* table, int max_rows, int slices, const f
 // AVX2, 5 rows took 1.4x as long as 4, a prefill a pass over the weights per 4 rows).
 template <typename W>
 void panel_range(const float* x, int64_t M, int64_t K, const W* panels, int64_t p0, int64_t p1, float* y,
-                 int64_t N) {
+                 int64_t N, const float* scales) {
+  const auto panel_scale = [&](int64_t p) { return scales == nullptr ? nullptr : scales + p * kPanel; };
   int64_t p = p0;
   if (M == 1) {
     for (; p + kOneRowPanels <= p1; p += kOneRowPanels) {
-      micro_kernel<1, kOneRowPanels, kVecs, W>(x, K, panels + p * K * kPanel, K, y + p * kPanel, N);
+      micro_kernel<1, kOneRowPanels, kVecs, W>(x, K, panels + p * K * kPanel, K, y + p * kPanel, N,
+                                               panel_scale(p));
     }
   }
   const bool sliced = M > kChunkedRows;
   for (; p < p1; ++p) {
     const W* panel = panels + p * K * kPanel;
     if (sliced) {
-      panel_chunks(kManyRowsKernels<W>.data(), kManyRows, kManySlices, x, M, K, panel, y + p * kPanel, N);
+      panel_chunks(kManyRowsKernels<W>.data(), kManyRows, kManySlices, x, M, K, panel, y + p * kPanel, N,
+                   panel_scale(p));
     } else {
-      panel_chunks(kFewRows<W>.data(), kMaxRows, 1, x, M, K, panel, y + p * kPanel, N);
+      panel_chunks(kFewRows<W>.data(), kMaxRows, 1, x, M, K, panel, y + p * kPanel, N, panel_scale(p));
     }
   }
 }
 
 bool packable(const at::Tensor& t) {
-  return t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16;
+  return t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kChar;
 }
 
 }  // namespace
 
 namespace treespec {
 
-// W [K, N] float32 or bfloat16 (N a multiple of 32) -> panels [N / 32, K, 32] in W's dtype.
+// W [K, N] float32, bfloat16 or int8 (N a multiple of 32) -> panels [N / 32, K, 32] in W's dtype.
 at::Tensor pack(const at::Tensor& weight) {
-  TORCH_CHECK(weight.dim() == 2 && packable(weight), "pack: need a 2-D float32 or bfloat16 weight");
+  TORCH_CHECK(weight.dim() == 2 && packable(weight), "pack: need a 2-D float32, bfloat16 or int8 weight");
   TORCH_CHECK(weight.size(1) % kPanel == 0, "pack: columns must be a multiple of ", kPanel);
   const int64_t K = weight.size(0), N = weight.size(1);
   return weight.view({K, N / kPanel, kPanel}).permute({1, 0, 2}).contiguous();
 }
 
-// x [M, K] float32, panels [P, K, 32] float32 or bfloat16 -> y [M, P * 32] float32.
-at::Tensor matmul(const at::Tensor& x_in, const at::Tensor& panels) {
+// x [M, K] float32, panels [P, K, 32] float32, bfloat16 or int8 (with scales [P * 32] float32, one per
+// column) -> y [M, P * 32] float32.
+at::Tensor matmul(const at::Tensor& x_in, const at::Tensor& panels, const std::optional<at::Tensor>& scales) {
   TORCH_CHECK(x_in.dim() == 2 && x_in.scalar_type() == at::kFloat, "matmul: need a 2-D float32 input");
   TORCH_CHECK(panels.dim() == 3 && panels.size(2) == kPanel && panels.is_contiguous() && packable(panels),
               "matmul: bad panels");
   TORCH_CHECK(x_in.size(1) == panels.size(1), "matmul: input width ", x_in.size(1), " != ", panels.size(1));
+  const bool int8 = panels.scalar_type() == at::kChar;
+  TORCH_CHECK(int8 == scales.has_value(), "matmul: int8 panels take column scales, other panels none");
+  if (int8) {
+    const at::Tensor& s = *scales;
+    TORCH_CHECK(s.dim() == 1 && s.scalar_type() == at::kFloat && s.is_contiguous() &&
+                    s.size(0) == panels.size(0) * kPanel,
+                "matmul: need float32 scales, one per column");
+  }
   const at::Tensor x = x_in.contiguous();
   const int64_t M = x.size(0), K = x.size(1), P = panels.size(0), N = P * kPanel;
   at::Tensor y = at::empty({M, N}, x.options());
   if (M == 0 || N == 0) return y;
   const float* xs = x.data_ptr<float>();
   float* ys = y.data_ptr<float>();
+  const float* column_scales = int8 ? scales->data_ptr<float>() : nullptr;
   const auto run = [&](const auto* ps) {
-    at::parallel_for(0, P, 1, [&](int64_t begin, int64_t end) { panel_range(xs, M, K, ps, begin, end, ys, N); });
+    at::parallel_for(0, P, 1, [&](int64_t begin, int64_t end) {
+      panel_range(xs, M, K, ps, begin, end, ys, N, column_scales);
+    });
   };
   if (panels.scalar_type() == at::kBFloat16) {
     run(reinterpret_cast<const uint16_t*>(panels.data_ptr<at::BFloat16>()));
+  } else if (int8) {
+    run(panels.data_ptr<int8_t>());
   } else {
     run(panels.data_ptr<float>());
   }

@@ -9,7 +9,8 @@ from typing import Any
 from treespec.shared.cli.ngram_flags import ngram_options
 
 EAGLE_ALGORITHMS = ("eagle", "eagle3")
-MATMUL_DTYPES = ("auto", "float32", "bfloat16")  # packed_matmul.MatmulDtype's (importing it loads torch)
+# packed_matmul.MatmulDtype's values (importing it loads torch)
+MATMUL_DTYPES = ("auto", "float32", "bfloat16", "int8")
 # How the trees are shaped (treespec's own, beside SGLang's budget flags): flag -> (option, help).
 _TREE_FLAGS = {
     "--speculative-eagle-level-cost": (
@@ -61,9 +62,9 @@ def add_drafting_arguments(parser: argparse.ArgumentParser | argparse._ArgumentG
         "--speculative-eagle-matmul-dtype",
         dest="eagle_matmul_dtype",
         choices=MATMUL_DTYPES,
-        help="the dtype of the head's weights when it drafts on a CPU (default: auto, bfloat16 where the "
-        "CPU multiplies it natively or the panel kernel builds, else float32); the draft only, never the "
-        "output",
+        help="the dtype of the head's weights when it drafts on a CPU (default: auto, int8 with a scale "
+        "per column where the panel kernel builds, else bfloat16 where the CPU multiplies it natively, "
+        "else float32); the draft only, never the output",
     )
 
 

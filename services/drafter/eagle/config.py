@@ -32,8 +32,8 @@ class EagleConfig:
     # length) reaches this cost. None: the weights a head step multiplies by over the target's (both
     # steps are bound by reading their weights); 0: always `num_steps` levels, as SGLang does.
     level_cost: float | None = None
-    # The dtype of the head's products when it drafts on a CPU (packed_matmul.py): `auto` takes
-    # bfloat16 where the CPU multiplies it natively.
+    # The dtype of the head's weights when it drafts on a CPU (packed_matmul.py): `auto` takes int8
+    # where the panel kernel builds, else bfloat16 where oneDNN multiplies it natively.
     matmul_dtype: MatmulDtype = MatmulDtype.AUTO
     # Also draft from n-gram matches (the request's own history and the n-gram memory) and merge
     # their trees with the head's (merged/drafter.py): None: the head alone; else the n-gram drafter's

@@ -1,4 +1,4 @@
-"""How the head's matmuls run when it drafts on a CPU: weights packed once, in float32 or in bfloat16.
+"""How the head's matmuls run when it drafts on a CPU: weights packed once, in float32, bfloat16 or int8.
 
 A drafting level multiplies a few rows by every weight of the head, so, like a target decode step, it
 is bound by reading the weights. Weights in bfloat16 are half the bytes to read: with the shipped
@@ -30,6 +30,18 @@ between calls by cycling through 32 copies): 1 row 0.84 ms in panels against 1.1
 with the weights in cache, 64 rows 4.6 against 1.5 ms and 1,024 rows 86 against 23 ms. On a CPU with
 AVX512-BF16 and no AMX the panels serve every row count (the many-row crossover there is not measured).
 Elsewhere (a GPU, a head in another dtype) the head runs as plain torch modules.
+
+int8 weights (a float32 scale per output column, symmetric: each column rounded to 255 levels over
+its largest magnitude) are half bfloat16's bytes, and that matters beyond the bytes: a drafting step's
+head passes read the same weights one after another, and the shipped SmolLM2 head's 19.6 MB in
+bfloat16 did not stay in a 2-core VM's share of the cache between them (every pass took as long as
+the first, 1.7-2.0 ms of products), where half as many bytes did (0.73 ms for the first pass after a
+target forward, 0.43 ms for each pass after it; a scratch script, 2-core Xeon with AVX-512 and no
+native bfloat16, 2026-11-27). The panel kernel widens int8 to float32 as it reads it (exact), so int8
+runs wherever the panels do, and `auto` takes it there: in the engine (EAGLE3 in process, the first
+bench prompt of each category, 96 tokens, bfloat16 and int8 interleaved) drafting took 9.57 against
+11.64 ms per verify step, EAGLE3 ran at 26.98 against 25.56 tokens/s, acceptance length 1.783
+against 1.775, every output the same.
 """
 
 from __future__ import annotations
@@ -50,9 +62,11 @@ log = logging.getLogger(__name__)
 class MatmulDtype(StrEnum):
     """`--speculative-eagle-matmul-dtype`."""
 
-    AUTO = "auto"  # bfloat16 where the CPU multiplies it natively or the panel kernel builds, else float32
+    AUTO = "auto"  # int8 where the panel kernel builds, else bfloat16 where oneDNN multiplies it natively
+    # (else float32)
     FLOAT32 = "float32"
     BFLOAT16 = "bfloat16"
+    INT8 = "int8"  # int8 panels with a scale per column (the panel kernel only)
 
 
 PANEL_ROWS_WITH_AMX = 12  # on a CPU with AMX: panels up to this many rows, oneDNN above (docstring)
@@ -70,6 +84,8 @@ class PackedMatmul:
     @classmethod
     def of(cls, weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> PackedMatmul:
         """weight [out, in] and bias [out] as nn.Linear holds them."""
+        if dtype == torch.int8:
+            return cls._int8(weight, bias)
         dense = weight.detach().t().to(dtype).contiguous()
         packed_bias = None if bias is None else bias.detach().to(dtype).contiguous()
         gemm = _panels(dense.device)
@@ -77,6 +93,15 @@ class PackedMatmul:
             return cls(pack_weight(dense), packed_bias, dtype)
         many_rows = pack_weight(dense) if dense.dtype == torch.bfloat16 and cpu_features.amx() else None
         return cls(gemm.pack(dense), packed_bias, dtype, many_rows)
+
+    @classmethod
+    def _int8(cls, weight: torch.Tensor, bias: torch.Tensor | None) -> PackedMatmul:
+        """int8 panels (packed_dtype checked that the kernel builds); the bias stays float32."""
+        gemm = _panels(weight.device)
+        if gemm is None:
+            raise ValueError("int8 head matmuls need the panel kernel")
+        packed_bias = None if bias is None else bias.detach().float().contiguous()
+        return cls(gemm.pack_int8(weight.detach().t()), packed_bias, torch.int8)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.weight
@@ -102,7 +127,15 @@ def packed_dtype(choice: MatmulDtype, device: torch.device, dtype: torch.dtype) 
         return None
     if choice is MatmulDtype.FLOAT32:
         return torch.float32
-    fast = cpu_features.native_bf16() or _panels(device) is not None
+    panels = _panels(device) is not None
+    if choice is MatmulDtype.INT8 or (choice is MatmulDtype.AUTO and panels):
+        if not panels:
+            raise ValueError(
+                "int8 head matmuls need the panel kernel (an x86-64 CPU and a C++ compiler): "
+                "use --speculative-eagle-matmul-dtype auto, bfloat16 or float32"
+            )
+        return torch.int8
+    fast = cpu_features.native_bf16() or panels
     if choice is MatmulDtype.AUTO and not fast:
         return torch.float32
     if not _bf16_packing_works():

@@ -39,6 +39,41 @@ def test_it_multiplies_as_the_reference(
     torch.testing.assert_close(got, reference_linear(x, weight), rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("rows", [1, 2, 4, 8, 9, 13, 17, 40])
+@pytest.mark.parametrize(("inputs", "outputs"), [(64, 96), (37, 64), (128, 50), (576, 160)])
+def test_int8_weights_multiply_as_their_dequantized_values(
+    gemm: PanelGemm, rows: int, inputs: int, outputs: int
+) -> None:
+    """int8 panels with a scale per column: the product of the dequantized weights, which lie within half
+    a step (max |column| / 127 / 2) of the float ones."""
+    generator = torch.Generator().manual_seed(rows * 1000 + inputs + outputs)
+    dense = torch.randn(inputs, outputs, generator=generator)
+    dense[:, 3] = 0.0  # a zero column: scale 1, all zeros
+    x = torch.randn(rows, inputs, generator=generator)
+    weight = gemm.pack_int8(dense)
+    assert weight.panels.dtype == torch.int8 and weight.scales is not None
+    dequantized = weight.to_dense()
+    assert dequantized.shape == dense.shape and bool((dequantized[:, 3] == 0).all())
+    step = dense.abs().amax(dim=0) / 127
+    assert bool(((dequantized - dense).abs() <= step / 2 + 1e-6).all())
+    got = linear(x, weight)
+    assert got.shape == (rows, outputs) and got.dtype == torch.float32
+    torch.testing.assert_close(got, x @ dequantized, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(got, reference_linear(x, weight), rtol=1e-5, atol=1e-4)
+
+
+def test_int8_panels_take_their_scales_and_no_other_panels_do(gemm: PanelGemm) -> None:
+    int8 = gemm.pack_int8(torch.randn(16, 32))
+    assert int8.scales is not None
+    x = torch.randn(2, 16)
+    with pytest.raises(RuntimeError, match="column scales"):
+        gemm.module.matmul(x, int8.panels)
+    with pytest.raises(RuntimeError, match="column scales"):
+        gemm.module.matmul(x, gemm.pack(torch.randn(16, 32)).panels, int8.scales)
+    with pytest.raises(RuntimeError, match="one per column"):
+        gemm.module.matmul(x, int8.panels, int8.scales[:16].contiguous())
+
+
 def test_the_layout_keeps_the_values_and_pads_the_columns(gemm: PanelGemm) -> None:
     dense = torch.randn(20, 45)
     weight = gemm.pack(dense)
@@ -48,16 +83,17 @@ def test_the_layout_keeps_the_values_and_pads_the_columns(gemm: PanelGemm) -> No
     assert torch.equal(weight.panels[1, :, 45 - PANEL :], torch.zeros(20, 2 * PANEL - 45))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int8])
 @pytest.mark.parametrize("outputs", [128, 160])
 def test_a_rows_result_does_not_depend_on_the_rows_beside_it(
     gemm: PanelGemm, outputs: int, dtype: torch.dtype
 ) -> None:
-    """A verify step's row equals the decode step's bit for bit: one FMA chain per output element,
-    however the rows are grouped and whether a lone row takes one panel per call or two (160
-    columns: five panels, an odd one left over)."""
+    """A verify step's row equals the decode step's bit for bit: one FMA chain per output element (for
+    int8, then times its column's scale), however the rows are grouped and whether a lone row takes one
+    panel per call or two (160 columns: five panels, an odd one left over)."""
     generator = torch.Generator().manual_seed(3)
-    weight = gemm.pack(torch.randn(300, outputs, generator=generator).to(dtype))
+    dense = torch.randn(300, outputs, generator=generator)
+    weight = gemm.pack_int8(dense) if dtype == torch.int8 else gemm.pack(dense.to(dtype))
     x = torch.randn(13, 300, generator=generator)
     together = linear(x, weight)
     for i in range(x.shape[0]):
@@ -78,7 +114,7 @@ def test_it_refuses_what_it_cannot_multiply(gemm: PanelGemm) -> None:
         linear(torch.randn(2, 17), weight)
     with pytest.raises(RuntimeError, match="float32"):
         linear(torch.randn(2, 16, dtype=torch.float64), weight)
-    with pytest.raises(RuntimeError, match="float32 or bfloat16"):
+    with pytest.raises(RuntimeError, match="float32, bfloat16 or int8"):
         gemm.pack(torch.randn(16, 32, dtype=torch.float16))
 
 

@@ -72,8 +72,8 @@ def test_greedy_output_equals_plain_decoding(
         assert min(masses) < level_cost <= max(masses)
 
 
-@pytest.mark.parametrize("matmul_dtype", ["float32", "bfloat16"])
-def test_greedy_output_equals_plain_decoding_in_either_matmul_dtype(
+@pytest.mark.parametrize("matmul_dtype", ["float32", "bfloat16", "int8"])
+def test_greedy_output_equals_plain_decoding_in_every_matmul_dtype(
     matmul_dtype: str,
     heads: dict[str, Path],
     tiny_path: Path,

@@ -1,6 +1,6 @@
 """The head's packed products for drafting on a CPU (packed_matmul.py): packed in float32 they give the
-plain modules' results, in bfloat16 the same within its precision (fused q/k/v and gate/up included,
-with q/k/v biases), and the dtype is chosen as the option and the CPU say."""
+plain modules' results, in bfloat16 or int8 the same within their precision (fused q/k/v and gate/up
+included, with q/k/v biases), and the dtype is chosen as the option and the CPU say."""
 
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ def _bf16_packs() -> bool:
     return packed_matmul._bf16_packing_works()
 
 
+def _panels_build() -> bool:
+    return packed_matmul._panels(CPU) is not None
+
+
 def _head(tmp_path: Path, kind: str) -> EagleHead:
     if kind == "eagle3":
         return load_head(write_eagle3(tmp_path / kind, HIDDEN, VOCAB, LAYERS, draft_vocab=60), TARGET)
@@ -46,15 +50,16 @@ def _forward(head: EagleHead, lm_head: torch.Tensor) -> tuple[torch.Tensor, torc
 
 
 @pytest.mark.parametrize("kind", ["eagle3", "eagle-qkv-bias"])
-@pytest.mark.parametrize("dtype", [MatmulDtype.FLOAT32, MatmulDtype.BFLOAT16])
+@pytest.mark.parametrize("dtype", [MatmulDtype.FLOAT32, MatmulDtype.BFLOAT16, MatmulDtype.INT8])
 def test_packed_products_match_the_plain_modules(tmp_path: Path, kind: str, dtype: MatmulDtype) -> None:
     if dtype is MatmulDtype.BFLOAT16 and not _bf16_packs():
         with pytest.raises(ValueError, match="bfloat16"):
             _head(tmp_path, kind).to_device(CPU, torch.float32, dtype)
         return
+    assert dtype is not MatmulDtype.INT8 or _panels_build(), "the panel kernel did not build"
     lm_head = torch.randn(HIDDEN, VOCAB, generator=torch.Generator().manual_seed(5))
     head = _head(tmp_path, kind).to_device(CPU, torch.float32, dtype).eval()
-    assert head.matmul_dtype == (torch.float32 if dtype is MatmulDtype.FLOAT32 else torch.bfloat16)
+    assert head.matmul_dtype == getattr(torch, dtype.value)
     assert head.layer.self_attn.packed_qkv is not None and head.layer.mlp.packed_gate_up is not None
     with torch.inference_mode():
         got = _forward(head, lm_head)
@@ -63,9 +68,9 @@ def test_packed_products_match_the_plain_modules(tmp_path: Path, kind: str, dtyp
     for g, w in zip(got, want, strict=True):
         if dtype is MatmulDtype.FLOAT32:
             torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
-        else:  # bfloat16 keeps 8 bits of mantissa: within a few percent of the largest value
+        else:  # bfloat16 keeps 8 bits of mantissa, int8 255 levels a column: within a few percent
             torch.testing.assert_close(g, w, rtol=0.05, atol=0.05 * float(w.abs().max()))
-            assert not torch.equal(g, w)  # the products did run in bfloat16
+            assert not torch.equal(g, w)  # the products did run in the narrower dtype
 
 
 def test_a_packed_product_keeps_the_callers_dtype_and_its_bias() -> None:
@@ -82,6 +87,12 @@ def test_a_packed_product_keeps_the_callers_dtype_and_its_bias() -> None:
         out = PackedMatmul.of(weight, bias, torch.bfloat16)(x)
         assert out.dtype == torch.float32
         torch.testing.assert_close(out, x @ weight.t() + bias, rtol=0.05, atol=0.1)
+    int8 = PackedMatmul.of(weight, bias, torch.int8)
+    assert isinstance(int8.weight, PanelWeight) and int8.weight.panels.dtype == torch.int8
+    assert int8.bias is not None and int8.bias.dtype == torch.float32  # the bias is not rounded
+    out = int8(x)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, x @ weight.t() + bias, rtol=0.05, atol=0.1)
 
 
 def test_the_matmul_dtype_follows_the_option_and_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -91,12 +102,20 @@ def test_the_matmul_dtype_follows_the_option_and_the_cpu(monkeypatch: pytest.Mon
     assert packed_dtype(MatmulDtype.FLOAT32, CPU, torch.bfloat16) is None
     with pytest.raises(ValueError, match="bfloat16 head matmuls need"):
         packed_dtype(MatmulDtype.BFLOAT16, CPU, torch.float64)
+    assert packed_dtype(MatmulDtype.INT8, CPU, torch.float64) is None
+    # Where the panel kernel builds (as on CI), auto takes int8, whatever the CPU's bfloat16.
+    assert _panels_build(), "the panel kernel did not build"
+    for native in (False, True):
+        monkeypatch.setattr(cpu_features, "native_bf16", lambda native=native: native)
+        assert packed_dtype(MatmulDtype.AUTO, CPU, torch.float32) == torch.int8
+        assert packed_dtype(MatmulDtype.INT8, CPU, torch.float32) == torch.int8
+    assert isinstance(PackedMatmul.of(torch.randn(40, 8), None, torch.bfloat16).weight, PanelWeight)
+    # Where it does not: bfloat16 where oneDNN multiplies it natively, else float32; int8 is refused.
+    monkeypatch.setattr(packed_matmul, "_panels", lambda device: None)
+    with pytest.raises(ValueError, match="int8 head matmuls need the panel kernel"):
+        packed_dtype(MatmulDtype.INT8, CPU, torch.float32)
     monkeypatch.setattr(cpu_features, "native_bf16", lambda: False)
-    # Without native bfloat16, auto takes it where the panel kernel multiplies it.
-    panels = packed_matmul._panels(CPU) is not None
-    assert packed_dtype(MatmulDtype.AUTO, CPU, torch.float32) == (torch.bfloat16 if panels else torch.float32)
-    if panels:
-        assert isinstance(PackedMatmul.of(torch.randn(40, 8), None, torch.bfloat16).weight, PanelWeight)
+    assert packed_dtype(MatmulDtype.AUTO, CPU, torch.float32) == torch.float32
     monkeypatch.setattr(cpu_features, "native_bf16", lambda: True)
     want = torch.bfloat16 if _bf16_packs() else torch.float32
     assert packed_dtype(MatmulDtype.AUTO, CPU, torch.float32) == want
