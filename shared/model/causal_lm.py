@@ -8,11 +8,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from treespec.kernels.row_ops import apply_rope, rms_norm
 from treespec.shared.model.attention.backend import AttentionBackend
 from treespec.shared.model.config import ModelConfig
 from treespec.shared.model.kv_cache import KVCache
 from treespec.shared.model.linear import linear
-from treespec.shared.model.rope import RopeTables, apply_rope
+from treespec.shared.model.rope import RopeTables
 from treespec.shared.model.weights import AttentionWeights, MlpWeights, ModelWeights
 
 
@@ -76,8 +77,7 @@ class CausalLM:
         return ForwardOutput(logits=logits, hidden=hidden, aux_hidden=aux_hidden)
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        # Spelled out: on CPU, F.rms_norm decomposes into more small ops than this (same result).
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True).add_(self.config.rms_norm_eps)) * weight
+        return rms_norm(x, weight, self.config.rms_norm_eps)
 
     def _attention(
         self,

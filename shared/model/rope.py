@@ -1,4 +1,5 @@
-"""Rotary position embeddings, looked up per token so that tree nodes get positions by depth."""
+"""Rotary position embeddings, looked up per token so that tree nodes get positions by depth (applied by
+kernels/row_ops.py)."""
 
 from __future__ import annotations
 
@@ -46,10 +47,3 @@ def _inv_freq(config: ModelConfig) -> tuple[torch.Tensor, float]:
     hf_config = AutoConfig.for_model(config.raw["model_type"], **raw)
     inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](hf_config, torch.device("cpu"))
     return inv_freq, float(scaling)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [T, heads, head_dim] rotated by the half-split convention of HF Llama."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin

@@ -15,9 +15,10 @@ from torch import nn
 
 from treespec.drafter.eagle.head_config import EagleHeadConfig
 from treespec.drafter.eagle.packed_matmul import MatmulDtype, PackedMatmul, packed_dtype
+from treespec.kernels.row_ops import apply_rope, rms_norm
 from treespec.shared.model.dual_layout import HeadWeight
 from treespec.shared.model.linear import linear
-from treespec.shared.model.rope import RopeTables, apply_rope, build_rope_tables
+from treespec.shared.model.rope import RopeTables, build_rope_tables
 
 
 class PackedLinear(nn.Linear):
@@ -53,7 +54,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        return rms_norm(x, self.weight, self.eps)
 
 
 class EagleAttention(nn.Module):

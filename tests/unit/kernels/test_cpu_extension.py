@@ -24,4 +24,4 @@ def test_one_module_holds_every_kernel() -> None:
     if on_x86():
         module = load_cpu_kernels()
         assert module is not None
-        assert {"pack", "matmul", "attend"} <= set(dir(module))
+        assert {"pack", "matmul", "attend", "rms_norm", "rope"} <= set(dir(module))

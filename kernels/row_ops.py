@@ -1,0 +1,96 @@
+"""The forward's per-row steps between its matmuls, fused on a CPU (cpu/row_ops.cpp): RMSNorm and the
+rotary embedding.
+
+A decode or verify step normalises and rotates a few rows of a few hundred floats, where every torch
+op costs microseconds of dispatch: a norm as torch ops is six of them (about 30 us for one row of 576
+on a 2-core Xeon), a rotation another six, and a forward of SmolLM2-135M takes 61 norms and 30
+rotations. The kernels do each in one call. Where they cannot be built (another architecture, no
+compiler), for other dtypes or devices, and for training (the kernels have no backward), the torch
+references below serve; the results agree to float32 rounding (a sum's order differs).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from treespec.kernels.cpu_extension import load_cpu_kernels
+from treespec.kernels.speed_check import fast_enough
+
+
+@dataclass(frozen=True)
+class RowOps:
+    """The built kernels."""
+
+    module: Any
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """x [..., H] -> the same shape."""
+        rows = x.reshape(-1, x.shape[-1]).contiguous()
+        return self.module.rms_norm(rows, weight.contiguous(), eps).view(x.shape)
+
+    def rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """x [T, heads, D], cos and sin [T, 1, D] (as RopeTables.lookup gives them)."""
+        return self.module.rope(x.contiguous(), cos.squeeze(1).contiguous(), sin.squeeze(1).contiguous())
+
+
+def reference_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # Spelled out: on CPU, F.rms_norm decomposes into more small ops than this (same result).
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True).add_(eps)) * weight
+
+
+def reference_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [T, heads, head_dim] rotated by the half-split convention of HF Llama."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x [..., H] * rsqrt(mean(x^2, -1) + eps) * weight [H]."""
+    ops = _kernels_for(x, weight)
+    return ops.rms_norm(x, weight, eps) if ops is not None else reference_rms_norm(x, weight, eps)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [T, heads, head_dim], cos and sin [T, 1, head_dim]: x * cos + rotate_half(x) * sin."""
+    ops = _kernels_for(x, cos, sin)
+    return ops.rope(x, cos, sin) if ops is not None else reference_rope(x, cos, sin)
+
+
+def _kernels_for(*tensors: torch.Tensor) -> RowOps | None:
+    """The kernels, for float32 CPU tensors outside autograd; else None (the references)."""
+    if any(t.device.type != "cpu" or t.dtype != torch.float32 for t in tensors):
+        return None
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return None
+    return row_ops()
+
+
+@functools.lru_cache(maxsize=1)
+def row_ops() -> RowOps | None:
+    """The kernels, built on first use, or None where they cannot be built or run slower than torch's ops
+    on a decode step's rows (speed_check.py)."""
+    ops = build_row_ops()
+    return ops if ops is not None and _fast_enough(ops) else None
+
+
+def build_row_ops() -> RowOps | None:
+    """The kernels however fast they run (their tests), or None where they cannot be built."""
+    module = load_cpu_kernels()
+    return None if module is None else RowOps(module)
+
+
+def _fast_enough(ops: RowOps) -> bool:
+    """A decode step's norm and rotation (one row of SmolLM2-135M: 576 wide; 12 heads of 64), against the
+    references."""
+    generator = torch.Generator().manual_seed(0)
+    x, weight = torch.randn(1, 576, generator=generator), torch.randn(576, generator=generator)
+    q = torch.randn(1, 12, 64, generator=generator)
+    cos, sin = torch.randn(1, 1, 64, generator=generator), torch.randn(1, 1, 64, generator=generator)
+    return fast_enough(
+        "rms_norm", lambda: ops.rms_norm(x, weight, 1e-5), lambda: reference_rms_norm(x, weight, 1e-5)
+    ) and fast_enough("rope", lambda: ops.rope(q, cos, sin), lambda: reference_rope(q, cos, sin))

@@ -1,0 +1,120 @@
+"""The fused per-row steps (RMSNorm, rotary embedding) against their torch references, row by row
+independent of the rows beside them, and the references serving where the kernels do not apply."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from treespec.kernels import row_ops
+from treespec.kernels.row_ops import (
+    RowOps,
+    apply_rope,
+    build_row_ops,
+    reference_rms_norm,
+    reference_rope,
+    rms_norm,
+)
+from treespec.shared.model.config import ModelConfig
+from treespec.shared.model.rope import build_rope_tables
+
+
+@pytest.fixture(scope="module")
+def ops() -> RowOps:
+    built = build_row_ops()
+    assert built is not None, "the CPU kernels did not build (a C++ compiler and ninja are needed)"
+    return built
+
+
+@pytest.mark.parametrize("rows", [1, 3, 65, 200])
+@pytest.mark.parametrize("width", [576, 64, 37])
+def test_rms_norm_equals_the_reference(ops: RowOps, rows: int, width: int) -> None:
+    generator = torch.Generator().manual_seed(rows * 100 + width)
+    x = torch.randn(rows, width, generator=generator) * 3
+    weight = torch.randn(width, generator=generator)
+    got = ops.rms_norm(x, weight, 1e-5)
+    assert got.shape == x.shape and got.dtype == torch.float32
+    torch.testing.assert_close(got, reference_rms_norm(x, weight, 1e-5), rtol=1e-5, atol=1e-5)
+
+
+def test_rms_norm_takes_heads_and_strided_rows(ops: RowOps) -> None:
+    """Qwen3's q/k norms normalise each head: x [T, heads, head_dim]; a view's rows are copied first."""
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(5, 4, 24, generator=generator)
+    weight = torch.randn(24, generator=generator)
+    torch.testing.assert_close(ops.rms_norm(x, weight, 1e-6), reference_rms_norm(x, weight, 1e-6))
+    strided = torch.randn(64, 7, generator=generator).t()  # [7, 64], not contiguous
+    weight = torch.randn(64, generator=generator)
+    torch.testing.assert_close(ops.rms_norm(strided, weight, 1e-6), reference_rms_norm(strided, weight, 1e-6))
+
+
+@pytest.mark.parametrize("rows", [1, 4, 70])
+@pytest.mark.parametrize(("heads", "head_dim"), [(12, 64), (3, 24)])
+def test_rope_equals_the_reference(ops: RowOps, rows: int, heads: int, head_dim: int) -> None:
+    """Rotated by the tables of real positions, as the forward looks them up."""
+    config = ModelConfig.from_dict(
+        {
+            "model_type": "llama",
+            "architectures": ["LlamaForCausalLM"],
+            "hidden_size": heads * head_dim,
+            "num_attention_heads": heads,
+            "num_key_value_heads": heads,
+            "num_hidden_layers": 1,
+            "intermediate_size": 8,
+            "vocab_size": 16,
+            "max_position_embeddings": 512,
+        }
+    )
+    tables = build_rope_tables(config, torch.device("cpu"))
+    generator = torch.Generator().manual_seed(rows + heads)
+    positions = torch.randint(0, 512, (rows,), generator=generator)
+    cos, sin = tables.lookup(positions, torch.float32)
+    x = torch.randn(rows, heads, head_dim, generator=generator)
+    torch.testing.assert_close(ops.rope(x, cos, sin), reference_rope(x, cos, sin), rtol=1e-6, atol=1e-6)
+
+
+def test_a_rows_result_does_not_depend_on_the_rows_beside_it(ops: RowOps) -> None:
+    """A verify step's rows equal the decode step's bit for bit, also past the rows a thread takes."""
+    generator = torch.Generator().manual_seed(2)
+    x, weight = torch.randn(150, 576, generator=generator), torch.randn(576, generator=generator)
+    q = torch.randn(150, 12, 64, generator=generator)
+    cos, sin = torch.randn(150, 1, 64, generator=generator), torch.randn(150, 1, 64, generator=generator)
+    norms, rotated = ops.rms_norm(x, weight, 1e-5), ops.rope(q, cos, sin)
+    for i in (0, 63, 64, 149):
+        assert torch.equal(ops.rms_norm(x[i : i + 1], weight, 1e-5), norms[i : i + 1])
+        assert torch.equal(ops.rope(q[i : i + 1], cos[i : i + 1], sin[i : i + 1]), rotated[i : i + 1])
+
+
+def test_the_references_serve_other_dtypes_and_autograd(monkeypatch: pytest.MonkeyPatch) -> None:
+    called: list[str] = []
+
+    class Recording(RowOps):
+        def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+            called.append("rms_norm")
+            return super().rms_norm(x, weight, eps)
+
+        def rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+            called.append("rope")
+            return super().rope(x, cos, sin)
+
+    built = build_row_ops()
+    assert built is not None
+    monkeypatch.setattr(row_ops, "row_ops", lambda: Recording(built.module))
+    x, weight = torch.randn(2, 8), torch.randn(8)
+    q, cos, sin = torch.randn(2, 3, 8), torch.randn(2, 1, 8), torch.randn(2, 1, 8)
+    rms_norm(x, weight, 1e-5)
+    apply_rope(q, cos, sin)
+    assert called == ["rms_norm", "rope"]
+    called.clear()
+    rms_norm(x.to(torch.bfloat16), weight.to(torch.bfloat16), 1e-5)
+    apply_rope(q.double(), cos.double(), sin.double())
+    trained = weight.clone().requires_grad_()
+    rms_norm(x, trained, 1e-5).sum().backward()  # training: the reference, which has a backward
+    assert called == [] and trained.grad is not None
+    with torch.inference_mode():
+        rms_norm(x, trained, 1e-5)  # drafting with a trainable head's weights: the kernel
+    assert called == ["rms_norm"]
+
+
+def test_the_kernels_serve_where_they_build() -> None:
+    assert row_ops.row_ops() is not None
