@@ -1,12 +1,13 @@
-"""The forward's per-row steps between its matmuls, fused on a CPU (cpu/row_ops.cpp): RMSNorm and the
-rotary embedding.
+"""The forward's per-row steps between its matmuls, fused on a CPU (cpu/row_ops.cpp): RMSNorm, the
+rotary embedding and the MLP's silu(gate) * up.
 
-A decode or verify step normalises and rotates a few rows of a few hundred floats, where every torch
-op costs microseconds of dispatch: a norm as torch ops is six of them (about 30 us for one row of 576
-on a 2-core Xeon), a rotation another six, and a forward of SmolLM2-135M takes 61 norms and 30
-rotations. The kernels do each in one call. Where they cannot be built (another architecture, no
-compiler), for other dtypes or devices, and for training (the kernels have no backward), the torch
-references below serve; the results agree to float32 rounding (a sum's order differs).
+A decode or verify step normalises, rotates and gates a few rows of a few hundred floats, where every
+torch op costs microseconds of dispatch: a norm as torch ops is six of them (about 30 us for one row
+of 576 on a 2-core Xeon), a rotation another six, the gate three, and a forward of SmolLM2-135M takes
+61 norms, 30 rotations and 30 gates. The kernels do each in one call. Where they cannot be built
+(another architecture, no compiler), for other dtypes or devices, and for training (the kernels have
+no backward), the torch references below serve; the results agree to float32 rounding (a sum's order
+differs, and the gate's exp is the kernels' own polynomial).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from treespec.kernels.cpu_extension import load_cpu_kernels
 from treespec.kernels.speed_check import fast_enough
@@ -39,6 +41,10 @@ class RowOps:
         """x [T, heads, D], cos and sin [T, 1, D] (as RopeTables.lookup gives them)."""
         return self.module.rope(x.contiguous(), cos.squeeze(1).contiguous(), sin.squeeze(1).contiguous())
 
+    def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """gate_up [T, 2I] -> [T, I]."""
+        return self.module.silu_mul(gate_up.contiguous())
+
 
 def reference_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     # Spelled out: on CPU, F.rms_norm decomposes into more small ops than this (same result).
@@ -52,6 +58,11 @@ def reference_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tor
     return x * cos + rotated * sin
 
 
+def reference_silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """x [..., H] * rsqrt(mean(x^2, -1) + eps) * weight [H]."""
     ops = _kernels_for(x, weight)
@@ -62,6 +73,12 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     """x [T, heads, head_dim], cos and sin [T, 1, head_dim]: x * cos + rotate_half(x) * sin."""
     ops = _kernels_for(x, cos, sin)
     return ops.rope(x, cos, sin) if ops is not None else reference_rope(x, cos, sin)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """gate_up [T, 2I] (gate then up) -> silu(gate) * up [T, I]."""
+    ops = _kernels_for(gate_up)
+    return ops.silu_mul(gate_up) if ops is not None else reference_silu_mul(gate_up)
 
 
 def _kernels_for(*tensors: torch.Tensor) -> RowOps | None:
@@ -89,12 +106,17 @@ def build_row_ops() -> RowOps | None:
 
 
 def _fast_enough(ops: RowOps) -> bool:
-    """A decode step's norm and rotation (one row of SmolLM2-135M: 576 wide; 12 heads of 64), against the
-    references."""
+    """A decode step's norm, rotation and gate (one row of SmolLM2-135M: 576 wide; 12 heads of 64; 1,536
+    gates), against the references."""
     generator = torch.Generator().manual_seed(0)
     x, weight = torch.randn(1, 576, generator=generator), torch.randn(576, generator=generator)
     q = torch.randn(1, 12, 64, generator=generator)
     cos, sin = torch.randn(1, 1, 64, generator=generator), torch.randn(1, 1, 64, generator=generator)
-    return fast_enough(
-        "rms_norm", lambda: ops.rms_norm(x, weight, 1e-5), lambda: reference_rms_norm(x, weight, 1e-5)
-    ) and fast_enough("rope", lambda: ops.rope(q, cos, sin), lambda: reference_rope(q, cos, sin))
+    gate_up = torch.randn(1, 2 * 1536, generator=generator)
+    return (
+        fast_enough(
+            "rms_norm", lambda: ops.rms_norm(x, weight, 1e-5), lambda: reference_rms_norm(x, weight, 1e-5)
+        )
+        and fast_enough("rope", lambda: ops.rope(q, cos, sin), lambda: reference_rope(q, cos, sin))
+        and fast_enough("silu_mul", lambda: ops.silu_mul(gate_up), lambda: reference_silu_mul(gate_up))
+    )

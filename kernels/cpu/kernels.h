@@ -25,4 +25,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 // x [T, heads, D] float32, cos and sin [T, D] -> x * cos + rotate_half(x) * sin (HF Llama's half split).
 at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
+// gate_up [T, 2I] float32 -> silu(gate_up[:, :I]) * gate_up[:, I:] [T, I].
+at::Tensor silu_mul(const at::Tensor& gate_up);
+
 }  // namespace treespec

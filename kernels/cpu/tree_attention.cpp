@@ -14,6 +14,7 @@
 #include <ATen/ops/empty.h>
 
 #include "kernels.h"
+#include "vec_math.h"
 
 #include <algorithm>
 #include <array>
@@ -26,58 +27,25 @@
 
 namespace {
 
-// Queries lie in the lanes of the CPU's widest vectors: 16 floats with AVX-512, 8 with AVX2, 4 else.
-// Vectors wider than the CPU's, or more accumulators than its registers, would live in memory and every
-// FMA would wait on a store and a load (several times slower than torch's SDPA on an AVX2 CPU).
+using treespec::vec_math::ivec;
+using treespec::vec_math::kLanes;
+using treespec::vec_math::load;
+using treespec::vec_math::splat;
+using treespec::vec_math::store;
+using treespec::vec_math::vec;
+using treespec::vec_math::vexp;
+
+// Queries lie in the lanes of the CPU's widest vectors (vec_math.h). Vectors wider than the CPU's, or
+// more accumulators than its registers, would live in memory and every FMA would wait on a store and a
+// load (several times slower than torch's SDPA on an AVX2 CPU).
 #if defined(__AVX512F__)
-constexpr int kLanes = 16;
 constexpr int kRowBlock = 4;     // queries whose V sums share each V load (4 x head_dim / 16 registers)
-#elif defined(__AVX__)
-constexpr int kLanes = 8;
-constexpr int kRowBlock = 1;     // a head_dim of 64 already takes 8 of the 16 registers per query
 #else
-constexpr int kLanes = 4;
-constexpr int kRowBlock = 1;
+constexpr int kRowBlock = 1;     // AVX2: a head_dim of 64 already takes 8 of the 16 registers per query
 #endif
 constexpr int64_t kChunk = 256;  // key positions per work item
 constexpr int64_t kPrefetchKeys = 16;  // keys prefetched ahead of the scores
 constexpr int kLineFloats = 16;  // a 64-byte cache line
-
-typedef float vec __attribute__((vector_size(kLanes * sizeof(float))));
-typedef int32_t ivec __attribute__((vector_size(kLanes * sizeof(int32_t))));
-
-// x in every lane: a scalar minus the zero vector is one broadcast (exact: x - 0 is x, -0 included).
-// Setting the lanes one by one compiled to a masked insert per lane with AVX-512, which made the
-// kernel about 6x slower there (and slower than torch's SDPA).
-inline vec splat(float x) { return x - vec{}; }
-inline vec load(const float* p) {
-  vec v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store(float* p, vec v) { std::memcpy(p, &v, sizeof v); }
-
-// e^x for x <= 0; lanes below -87 (-inf included) give 0. Cephes' expf: x = n ln2 + r, a degree-5
-// polynomial for e^r, 2^n built in the exponent bits.
-inline vec vexp(vec x) {
-  const vec floor_x = splat(-87.0f);
-  const ivec under = x < floor_x;
-  const vec xc = under ? floor_x : x;
-  const ivec n = -__builtin_convertvector(0.5f - xc * 1.44269504088896341f, ivec);  // round, x <= 0
-  const vec nf = __builtin_convertvector(n, vec);
-  const vec r = xc - nf * 0.693359375f + nf * 2.12194440e-4f;
-  const vec r2 = r * r;
-  vec p = 1.9875691500e-4f * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r2 + r + 1.0f;
-  const ivec bits = (n + 127) << 23;
-  vec scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return under ? vec{} : p * scale;
-}
 
 struct Sequence {
   int64_t row_start;   // first row of its queries in q

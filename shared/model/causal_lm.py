@@ -6,9 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from treespec.kernels.row_ops import apply_rope, rms_norm
+from treespec.kernels.row_ops import apply_rope, rms_norm, silu_mul
 from treespec.shared.model.attention.backend import AttentionBackend
 from treespec.shared.model.config import ModelConfig
 from treespec.shared.model.kv_cache import KVCache
@@ -104,5 +103,4 @@ class CausalLM:
 
     @staticmethod
     def _mlp(w: MlpWeights, x: torch.Tensor) -> torch.Tensor:
-        gate, up = linear(x, w.gate_up, w.gate_up_bias).chunk(2, dim=-1)
-        return linear(F.silu(gate) * up, w.down, w.down_bias)
+        return linear(silu_mul(linear(x, w.gate_up, w.gate_up_bias)), w.down, w.down_bias)

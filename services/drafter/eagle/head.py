@@ -15,7 +15,7 @@ from torch import nn
 
 from treespec.drafter.eagle.head_config import EagleHeadConfig
 from treespec.drafter.eagle.packed_matmul import MatmulDtype, PackedMatmul, packed_dtype
-from treespec.kernels.row_ops import apply_rope, rms_norm
+from treespec.kernels.row_ops import apply_rope, rms_norm, silu_mul
 from treespec.shared.model.dual_layout import HeadWeight
 from treespec.shared.model.linear import linear
 from treespec.shared.model.rope import RopeTables, build_rope_tables
@@ -85,10 +85,8 @@ class EagleMlp(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed_gate_up is not None and not torch.is_grad_enabled():
-            gate, up = self.packed_gate_up(x).chunk(2, dim=-1)
-        else:
-            gate, up = self.gate_proj(x), self.up_proj(x)
-        return apply(self.down_proj, F.silu(gate) * up)
+            return apply(self.down_proj, silu_mul(self.packed_gate_up(x)))
+        return apply(self.down_proj, F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class EagleLayer(nn.Module):

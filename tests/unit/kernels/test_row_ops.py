@@ -1,5 +1,6 @@
-"""The fused per-row steps (RMSNorm, rotary embedding) against their torch references, row by row
-independent of the rows beside them, and the references serving where the kernels do not apply."""
+"""The fused per-row steps (RMSNorm, rotary embedding, the MLP's gate) against their torch references,
+row by row independent of the rows beside them, and the references serving where the kernels do not
+apply."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from treespec.kernels.row_ops import (
     build_row_ops,
     reference_rms_norm,
     reference_rope,
+    reference_silu_mul,
     rms_norm,
+    silu_mul,
 )
 from treespec.shared.model.config import ModelConfig
 from treespec.shared.model.rope import build_rope_tables
@@ -73,16 +76,30 @@ def test_rope_equals_the_reference(ops: RowOps, rows: int, heads: int, head_dim:
     torch.testing.assert_close(ops.rope(x, cos, sin), reference_rope(x, cos, sin), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("rows", [1, 3, 70])
+@pytest.mark.parametrize("width", [1536, 37])  # 37: a tail shorter than a vector
+def test_silu_mul_equals_the_reference(ops: RowOps, rows: int, width: int) -> None:
+    """Over the range where the gate turns (large negative and positive values included)."""
+    generator = torch.Generator().manual_seed(rows + width)
+    gate_up = torch.randn(rows, 2 * width, generator=generator) * 8
+    gate_up[0, :4] = torch.tensor([-200.0, -90.0, 90.0, 0.0])
+    got = ops.silu_mul(gate_up)
+    assert got.shape == (rows, width)
+    torch.testing.assert_close(got, reference_silu_mul(gate_up), rtol=2e-6, atol=1e-6)
+
+
 def test_a_rows_result_does_not_depend_on_the_rows_beside_it(ops: RowOps) -> None:
     """A verify step's rows equal the decode step's bit for bit, also past the rows a thread takes."""
     generator = torch.Generator().manual_seed(2)
     x, weight = torch.randn(150, 576, generator=generator), torch.randn(576, generator=generator)
     q = torch.randn(150, 12, 64, generator=generator)
     cos, sin = torch.randn(150, 1, 64, generator=generator), torch.randn(150, 1, 64, generator=generator)
-    norms, rotated = ops.rms_norm(x, weight, 1e-5), ops.rope(q, cos, sin)
+    gate_up = torch.randn(150, 2 * 1536, generator=generator)
+    norms, rotated, gated = ops.rms_norm(x, weight, 1e-5), ops.rope(q, cos, sin), ops.silu_mul(gate_up)
     for i in (0, 63, 64, 149):
         assert torch.equal(ops.rms_norm(x[i : i + 1], weight, 1e-5), norms[i : i + 1])
         assert torch.equal(ops.rope(q[i : i + 1], cos[i : i + 1], sin[i : i + 1]), rotated[i : i + 1])
+        assert torch.equal(ops.silu_mul(gate_up[i : i + 1]), gated[i : i + 1])
 
 
 def test_the_references_serve_other_dtypes_and_autograd(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -97,6 +114,10 @@ def test_the_references_serve_other_dtypes_and_autograd(monkeypatch: pytest.Monk
             called.append("rope")
             return super().rope(x, cos, sin)
 
+        def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+            called.append("silu_mul")
+            return super().silu_mul(gate_up)
+
     built = build_row_ops()
     assert built is not None
     monkeypatch.setattr(row_ops, "row_ops", lambda: Recording(built.module))
@@ -104,10 +125,12 @@ def test_the_references_serve_other_dtypes_and_autograd(monkeypatch: pytest.Monk
     q, cos, sin = torch.randn(2, 3, 8), torch.randn(2, 1, 8), torch.randn(2, 1, 8)
     rms_norm(x, weight, 1e-5)
     apply_rope(q, cos, sin)
-    assert called == ["rms_norm", "rope"]
+    silu_mul(x)
+    assert called == ["rms_norm", "rope", "silu_mul"]
     called.clear()
     rms_norm(x.to(torch.bfloat16), weight.to(torch.bfloat16), 1e-5)
     apply_rope(q.double(), cos.double(), sin.double())
+    silu_mul(x.requires_grad_())
     trained = weight.clone().requires_grad_()
     rms_norm(x, trained, 1e-5).sum().backward()  # training: the reference, which has a backward
     assert called == [] and trained.grad is not None
