@@ -8,6 +8,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("matmul", &treespec::matmul, "x [M, K] @ panels (int8 ones with their column scales) -> y [M, N]",
         pybind11::arg("x"), pybind11::arg("panels"), pybind11::arg("scales") = pybind11::none());
   m.def("attend", &treespec::attend, "rows of each sequence attended over the paged KV cache");
+  m.def("prefill_attend", &treespec::prefill_attend, "prefill chunks' causal rows over the paged KV cache");
   m.def("rms_norm", &treespec::rms_norm, "x [T, H] RMS-normalised per row, times weight [H]");
   m.def("rope", &treespec::rope, "x [T, heads, D] rotated by cos and sin [T, D]");
   m.def("silu_mul", &treespec::silu_mul, "gate_up [T, 2I] -> silu(gate) * up [T, I]");

@@ -1,6 +1,7 @@
-// The CPU kernels' entry points (panel_gemm.cpp, tree_attention.cpp, row_ops.cpp), bound for Python in
-// bindings.cpp: one extension of all of them, its sources compiled side by side. The kernels include
-// ATen's headers only; torch's Python bindings are compiled once, in bindings.cpp.
+// The CPU kernels' entry points (panel_gemm.cpp, tree_attention.cpp, prefill_attention.cpp,
+// row_ops.cpp), bound for Python in bindings.cpp: one extension of all of them, its sources compiled
+// side by side. The kernels include ATen's headers only; torch's Python bindings are compiled once, in
+// bindings.cpp.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -18,6 +19,10 @@ at::Tensor matmul(const at::Tensor& x_in, const at::Tensor& panels, const std::o
 // Rows of each sequence attended over the paged KV cache (tree_attention.cpp has the layout).
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sequences,
                   const at::Tensor& slots, const at::Tensor& masks, double scale);
+
+// Prefill chunks' causal rows over the paged KV cache (prefill_attention.cpp has the layout).
+at::Tensor prefill_attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& sequences, const at::Tensor& slots, double scale);
 
 // x [T, H] float32, weight [H] -> x * rsqrt(mean(x^2, -1) + eps) * weight.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);

@@ -69,6 +69,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     _layout_arguments(layout)
     layout.set_defaults(handler=_layout)
+    prefill = verbs.add_parser(
+        "prefill", help="a prompt's chunked prefill with the own prefill attention kernel and with SDPA"
+    )
+    _prefill_arguments(prefill)
+    prefill.set_defaults(handler=_prefill)
     serve = verbs.add_parser("serve", help="HTTP streaming through the services vs the in-process engine")
     _serve_arguments(serve)
     serve.set_defaults(handler=_serve)
@@ -166,6 +171,30 @@ def _layout_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--json", help="write the figures to this JSON file")
+
+
+def _prefill_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="HF model directory (default: the bundled SmolLM2-135M-Instruct)")
+    parser.add_argument(
+        "--tokens", default="256,512,1024,2048", help="prompt lengths, comma-separated (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--chunk",
+        type=positive_int,
+        default=None,
+        help="tokens per prefill chunk (default: the engine's, 512)",
+    )
+    parser.add_argument(
+        "--repeats", type=positive_int, default=5, help="timed prefills per variant and length"
+    )
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--json", help="write the figures to this JSON file")
+
+
+def _prefill(ns: argparse.Namespace) -> int:
+    from treespec.bench.prefill_bench import run
+
+    return run(ns)
 
 
 def _layout(ns: argparse.Namespace) -> int:

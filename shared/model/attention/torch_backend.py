@@ -3,8 +3,10 @@
 Sequences are attended in groups of similar query and key lengths (powers of two), one SDPA call
 per group, so that a long prefill chunk in a batch of decodes does not pad every decode to its length.
 On a CPU in float32, groups of decode tokens and draft trees (at most MAX_ROWS new rows a sequence)
-go to the own row kernel instead (kernels/tree_attention.py), which reads K/V where they lie in the
-pool; prefill chunks, and whatever the kernel does not take, stay with SDPA.
+go to the own row kernel instead (kernels/tree_attention.py), and prefill chunks (longer chains) to the
+own prefill kernel (kernels/prefill_attention.py); both read K/V where they lie in the pool. Whatever
+the kernels do not take (longer trees, chains past a sliding window, other devices and dtypes) stays
+with SDPA.
 """
 
 from __future__ import annotations
@@ -15,6 +17,12 @@ from itertools import accumulate
 import torch
 import torch.nn.functional as F
 
+from treespec.kernels.prefill_attention import (
+    PrefillAttention,
+    PrefillAttentionPlan,
+    PrefillSequence,
+    prefill_attention,
+)
 from treespec.kernels.tree_attention import (
     MAX_ROWS,
     RowAttentionPlan,
@@ -42,6 +50,7 @@ class GroupPlan:
     # One chain with nothing cached before it (a prompt's first chunk): SDPA's own causal masking,
     # which skips the blocks above the diagonal instead of computing and masking them (mask is None).
     causal: bool = False
+    prefill: PrefillAttentionPlan | None = None  # the prefill kernel's inputs, where it may take the group
 
 
 @dataclass(frozen=True)
@@ -51,10 +60,14 @@ class TorchAttentionPlan:
 
 
 class TorchAttentionBackend(AttentionBackend):
-    def __init__(self, sliding_window: int | None = None, row_kernel: bool = True) -> None:
-        """`row_kernel`: send decode and tree rows on a CPU to the own kernel where it builds."""
+    def __init__(
+        self, sliding_window: int | None = None, row_kernel: bool = True, prefill_kernel: bool = True
+    ) -> None:
+        """`row_kernel`: send decode and tree rows on a CPU to the own kernel where it builds;
+        `prefill_kernel`: prefill chunks likewise to theirs."""
         self.sliding_window = sliding_window
         self.row_kernel = row_kernel
+        self.prefill_kernel = prefill_kernel
         self._causal: dict[int, torch.Tensor] = {}  # chain length -> lower-triangular mask
 
     def plan(self, layout: BatchLayout, device: torch.device) -> TorchAttentionPlan:
@@ -91,6 +104,10 @@ class TorchAttentionBackend(AttentionBackend):
     def _attend_group(
         self, group: GroupPlan, q: torch.Tensor, k_flat: torch.Tensor, v_flat: torch.Tensor
     ) -> torch.Tensor:
+        if group.prefill is not None:
+            prefill = self._prefill_kernel(q.device)
+            if prefill is not None and prefill.fits(q, k_flat):
+                return prefill.attend(q, k_flat, v_flat, group.prefill)
         kernel = self._kernel(q.device)
         if group.rows is not None and kernel is not None and kernel.fits(q, k_flat, group.rows):
             return kernel.attend(q, k_flat, v_flat, group.rows)
@@ -98,6 +115,25 @@ class TorchAttentionBackend(AttentionBackend):
 
     def _kernel(self, device: torch.device) -> TreeAttention | None:
         return tree_attention() if self.row_kernel and device.type == "cpu" else None
+
+    def _prefill_kernel(self, device: torch.device) -> PrefillAttention | None:
+        return prefill_attention() if self.prefill_kernel and device.type == "cpu" else None
+
+    def _prefill_plan(
+        self, seqs: list[SequenceLayout], starts: list[int], device: torch.device
+    ) -> PrefillAttentionPlan | None:
+        """The prefill kernel's inputs for a group of chains longer than the row kernel takes, within
+        the sliding window, on a CPU; None where another path attends."""
+        if max(s.num_new for s in seqs) <= MAX_ROWS or any(s.tree_parents is not None for s in seqs):
+            return None
+        window = self.sliding_window
+        if window is not None and max(s.kv_len for s in seqs) > window:
+            return None
+        if self._prefill_kernel(device) is None:
+            return None
+        return PrefillAttentionPlan.of(
+            [PrefillSequence(start, s.cached_len, s.kv_slots) for s, start in zip(seqs, starts, strict=True)]
+        )
 
     def _rows_plan(
         self, seqs: list[SequenceLayout], starts: list[int], masks: list[torch.Tensor], device: torch.device
@@ -117,11 +153,14 @@ class TorchAttentionBackend(AttentionBackend):
 
     def _group_plan(self, seqs: list[SequenceLayout], starts: list[int], device: torch.device) -> GroupPlan:
         """`starts`: each sequence's first row among the forward's tokens."""
+        prefill = self._prefill_plan(seqs, starts, device)
         if len(seqs) == 1 and self._plain_causal(seqs[0]):
             s = seqs[0]
             rows = slice(starts[0], starts[0] + s.num_new)
             slots = s.kv_slots
-            return GroupPlan(rows, slots[None].to(device), None, None, None, _as_range(slots), causal=True)
+            return GroupPlan(
+                rows, slots[None].to(device), None, None, None, _as_range(slots), causal=True, prefill=prefill
+            )
         masks = [self._sequence_mask(s) for s in seqs]
         kernel_rows = self._rows_plan(seqs, starts, masks, device)
         if len(seqs) == 1:
@@ -129,7 +168,9 @@ class TorchAttentionBackend(AttentionBackend):
             mask = None if bool(only.all()) else only[None, None].to(device)
             slots = seqs[0].kv_slots
             rows = slice(starts[0], starts[0] + seqs[0].num_new)
-            return GroupPlan(rows, slots[None].to(device), mask, None, None, _as_range(slots), kernel_rows)
+            return GroupPlan(
+                rows, slots[None].to(device), mask, None, None, _as_range(slots), kernel_rows, prefill=prefill
+            )
         max_q = max(s.num_new for s in seqs)
         max_kv = max(s.kv_len for s in seqs)
         kv_index = torch.zeros(len(seqs), max_kv, dtype=torch.long)
@@ -147,7 +188,15 @@ class TorchAttentionBackend(AttentionBackend):
         token_rows = q_rows[valid].to(device)
         out_rows = valid.flatten().nonzero().squeeze(1).to(device)
         mask = None if bool(mask_pad.all()) else mask_pad.to(device)
-        return GroupPlan(token_rows, kv_index.to(device), mask, q_rows.to(device), out_rows, rows=kernel_rows)
+        return GroupPlan(
+            token_rows,
+            kv_index.to(device),
+            mask,
+            q_rows.to(device),
+            out_rows,
+            rows=kernel_rows,
+            prefill=prefill,
+        )
 
     def _plain_causal(self, s: SequenceLayout) -> bool:
         """A chain from position 0, longer than the row kernel takes, within the sliding window: each

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from treespec.kernels import panel_gemm, speed_check, tree_attention
+from treespec.kernels import panel_gemm, prefill_attention, speed_check, tree_attention
 
 
 def _sleeper(seconds: float) -> Callable[[], None]:
@@ -32,9 +32,10 @@ def test_a_kernel_faster_than_torch_passes_it() -> None:
     ("module", "load", "build"),
     [
         (tree_attention, tree_attention.tree_attention, tree_attention.build_tree_attention),
+        (prefill_attention, prefill_attention.prefill_attention, prefill_attention.build_prefill_attention),
         (panel_gemm, panel_gemm.panel_gemm, panel_gemm.build_panel_gemm),
     ],
-    ids=["tree_attention", "panel_gemm"],
+    ids=["tree_attention", "prefill_attention", "panel_gemm"],
 )
 def test_a_kernel_that_fails_the_check_is_not_used(
     module: ModuleType, load: Any, build: Callable[[], object], monkeypatch: pytest.MonkeyPatch

@@ -116,22 +116,26 @@ def test_it_refuses_what_it_does_not_take(kernel: TreeAttention) -> None:
         kernel.attend(torch.randn(1, 9, 64), k, v, RowAttentionPlan.of([_sequence(1, 10, [-1], slots)]))
 
 
-def test_the_backend_sends_decodes_and_trees_to_the_kernel_and_prefills_to_sdpa(
+def test_the_backend_sends_decodes_and_trees_to_the_kernel_and_prefills_to_the_prefill_kernel(
     kernel: TreeAttention,
 ) -> None:
     k_pool, v_pool = _pools(3, 64, 14)
     cache = KVCache(k_pool.view(1, SLOTS // 16, 16, 3, 64), v_pool.view(1, SLOTS // 16, 16, 3, 64), 16)
-    with_kernel, sdpa = TorchAttentionBackend(), TorchAttentionBackend(row_kernel=False)
+    with_kernel = TorchAttentionBackend()
+    sdpa = TorchAttentionBackend(row_kernel=False, prefill_kernel=False)
     parents = torch.tensor([-1, 0, 0, 1, 3])
     tree = SequenceLayout(40, torch.arange(45), 40 + tree_depths(parents), parents)
     decode = SequenceLayout(10, torch.arange(500, 511), torch.tensor([10]))
     prefill = SequenceLayout(0, torch.arange(600, 700), torch.arange(100))
     layout = BatchLayout([tree, decode, prefill])
     plan = with_kernel.plan(layout, torch.device("cpu"))
-    # Three groups (by query and key length): the tree and the decode to the kernel, the prefill to SDPA.
+    # Three groups (by query and key length): the tree and the decode to this kernel, the prefill to its own.
     assert sorted(group.rows is not None for group in plan.groups) == [False, True, True]
+    assert [group.prefill is not None for group in plan.groups] == [
+        group.rows is None for group in plan.groups
+    ]
     sdpa_plan = sdpa.plan(layout, torch.device("cpu"))
-    assert all(group.rows is None for group in sdpa_plan.groups)
+    assert all(group.rows is None and group.prefill is None for group in sdpa_plan.groups)
     g = torch.Generator().manual_seed(5)
     q = torch.randn(layout.num_tokens, 9, 64, generator=g)
     k = torch.randn(layout.num_tokens, 3, 64, generator=g)

@@ -62,7 +62,7 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / b.abs().max())
 
 
-@pytest.mark.parametrize("length", [21, 80])  # 80: a prompt longer than the row kernel takes, causal SDPA
+@pytest.mark.parametrize("length", [21, 80])  # 80: past the row kernel: the prefill kernel (qwen3: SDPA)
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_logits_match_hf(tmp_path: Path, family: str, length: int) -> None:
     hf = make_checkpoint(tmp_path, family)

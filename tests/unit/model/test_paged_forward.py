@@ -29,8 +29,8 @@ def ids(n: int, seed: int) -> torch.Tensor:
     "chunks",
     [
         [5, 1, 13, 7, 11],  # each within the row kernel's rows
-        [33, 4],  # a first chunk past them (SDPA's causal masking), then one after a cached prefix
-        [1, 36],  # a chunk past them after a cached prefix (SDPA with a mask)
+        [33, 4],  # a first chunk past them (the prefill kernel), then one after a cached prefix
+        [1, 36],  # a chunk past them after a cached prefix (the prefill kernel too)
     ],
 )
 def test_chunked_prefill_equals_one_shot(model: CausalLM, chunks: list[int]) -> None:
@@ -39,6 +39,18 @@ def test_chunked_prefill_equals_one_shot(model: CausalLM, chunks: list[int]) -> 
     driver, seq = PagedDriver(model), Seq()
     got = torch.cat([driver.forward([(seq, chunk, None)])[0] for chunk in prompt.split(chunks)])
     assert rel_err(got, want) < 1e-5
+
+
+def test_a_long_chunk_attended_by_sdpa_equals_the_prefill_kernels(model: CausalLM) -> None:
+    """The prefill kernel and SDPA (what serves where the kernel does not) give the same logits."""
+    prompt = ids(37, 1)
+    with_kernel = PagedDriver(model)
+    plan = with_kernel.backend.plan(BatchLayout([with_kernel.layout(Seq(), 37, None)]), model.device)
+    assert all(group.prefill is not None for group in plan.groups)
+    sdpa = PagedDriver(model)
+    sdpa.backend.prefill_kernel = False
+    got = with_kernel.forward([(Seq(), prompt, None)])[0]
+    assert rel_err(got, sdpa.forward([(Seq(), prompt, None)])[0]) < 1e-5
 
 
 def test_ragged_batch_equals_one_at_a_time(model: CausalLM) -> None:
