@@ -1,10 +1,12 @@
 """`treespec bench layout`: a forward of a few rows in each CPU weight layout, side by side.
 
-The model is loaded three times: with the panel kernel (the default where it builds), with the
-library layouts (oneDNN's packing, and the dense weights for the row counts where the load-time probe
-found them faster: the default where the kernel does not build), and dense only (torch.mm). The panel
-model is timed a second time with torch's SDPA attending the rows instead of the own row attention
-kernel (kernels/tree_attention.py), which every other variant uses. Each forward is a verify step's:
+The model is loaded four times: with the panel kernel (the default where it builds; each weight in the
+narrowest form that holds it exactly, kernels/exact_blocks.py), with the panel kernel over float32
+weights as they load (`panels-f32`), with the library layouts (oneDNN's packing, and the dense
+weights for the row counts where the load-time probe found them faster: the default where the kernel
+does not build), and dense only (torch.mm). The panel model is timed a second time with torch's SDPA
+attending the rows instead of the own row attention kernel (kernels/tree_attention.py), which every
+other variant uses. Each forward is a verify step's:
 `rows` new tokens (a chain) after `context` cached ones, logits for every row. The variants take turns
 within each repeat, so that a change in the machine's load hits all of them; the median counts. The
 cost of a row beyond the first, as a share of the one-row forward, is what a draft node costs to
@@ -23,6 +25,7 @@ import torch
 
 from treespec.bench import runs
 from treespec.bench.report import format_table
+from treespec.kernels.panel_gemm import PanelWeight
 from treespec.shared.model.attention.torch_backend import TorchAttentionBackend
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.forward_timing import time_forward
@@ -32,12 +35,14 @@ from treespec.shared.model.store import models_dir, resolve_model_path
 
 LAYOUTS = {
     "panels": LoadOptions(),
+    "panels-f32": LoadOptions(exact_forms=False),
     "library": LoadOptions(panel_weights=False),
     "dense": LoadOptions(pack_weights=False),
 }
 # Each timed variant: (weight layout, the own row attention kernel or SDPA for the forward's rows).
 VARIANTS = {
     "panels": ("panels", True),
+    "panels-f32": ("panels-f32", True),
     "sdpa": ("panels", False),
     "library": ("library", True),
     "dense": ("dense", True),
@@ -114,8 +119,10 @@ def _cache(model: CausalLM, tokens: int) -> KVCache:
 
 
 def _layout_kind(model: CausalLM) -> str:
-    """What the first layer's first matmul weight turned into."""
+    """What the first layer's first matmul weight turned into (panels: with their dtype)."""
     weight = model.weights.layers[0].matmuls()[0]
+    if isinstance(weight, PanelWeight):
+        return f"PanelWeight[{str(weight.panels.dtype).removeprefix('torch.')}]"
     if not isinstance(weight, torch.Tensor):
         return type(weight).__name__
     return "mkldnn" if weight.is_mkldnn else "dense"

@@ -1,6 +1,9 @@
 """CPU float32 matmuls over weights packed into column panels (cpu/panel_gemm.cpp), for the few rows
 of decode and verify steps. Weights lie in float32, bfloat16 or int8 with a scale per column
-(`pack_int8`, for a draft head: a quarter of float32's bytes).
+(`pack_int8`, for a draft head: a quarter of float32's bytes), or in an exact block form (`pack_exact`:
+4-bit or int8 values with a scale and offset per block of 32 inputs, where a weight is exactly that, as
+a model imported from GGUF's Q4_1 or Q8_0 is; kernels/exact_blocks.py), widened to float32 as they are
+read.
 
 A decode step multiplies 1 row by every weight, a verify step 2-16 rows (tree nodes), and both are
 bound by streaming the weights from memory once. Library GEMMs do not reach that bound at these sizes
@@ -28,6 +31,7 @@ from typing import Any
 import torch
 
 from treespec.kernels.cpu_extension import load_cpu_kernels, on_x86
+from treespec.kernels.exact_blocks import Blocks, find_blocks
 from treespec.kernels.speed_check import fast_enough
 
 PANEL = 32  # columns per panel (kPanel in the source)
@@ -57,8 +61,36 @@ class PanelGemm:
         quantized = torch.round(columns / scales).clamp(-INT8_MAX, INT8_MAX).to(torch.int8)
         return PanelWeight(self.module.pack(quantized.contiguous()), out, self, scales.contiguous())
 
+    def pack_exact(self, dense: torch.Tensor) -> PanelWeight:
+        """[in, out] float32 -> panels in the narrowest form that holds every weight exactly: block
+        values (4-bit, then int8) where the weight is of that form, else bfloat16 where every weight is
+        a bfloat16 value, else float32. Products give the float32 weight's results bit for bit."""
+        blocks = find_blocks(dense)
+        if blocks is not None:
+            return self.pack_blocks(blocks, dense.shape[1])
+        as_bf16 = dense.to(torch.bfloat16)
+        if torch.equal(as_bf16.float().view(torch.int32), dense.contiguous().view(torch.int32)):
+            return self.pack(as_bf16)
+        return self.pack(dense)
+
+    def pack_blocks(self, blocks: Blocks, out: int) -> PanelWeight:
+        """Block values [in, out] -> panels [P, in, 16] uint8 (4-bit values: column c of a panel row in
+        byte c % 16, its low nibble below 16, its high one above) or [P, in, 32] int8, with their
+        scales [P, in / BLOCK, 2, PANEL] (each block's d, then m); padding columns are zeros."""
+        q = _padded(blocks.q)
+        values = q.view(q.shape[0], -1, PANEL).permute(1, 0, 2)  # [P, in, PANEL]
+        if blocks.bits == 4:
+            values = values[..., : PANEL // 2] | (values[..., PANEL // 2 :] << 4)
+        d, m = _padded(blocks.d), _padded(blocks.m)  # [in / BLOCK, P * PANEL]
+        panels = d.shape[1] // PANEL
+        scales = torch.stack([d, m], dim=1).view(d.shape[0], 2, panels, PANEL).permute(2, 0, 1, 3)
+        return PanelWeight(values.contiguous(), out, self, block_scales=scales.contiguous())
+
     def matmul(self, x: torch.Tensor, weight: PanelWeight) -> torch.Tensor:
-        y = self.module.matmul(x, weight.panels, weight.scales)
+        if weight.block_scales is not None:
+            y = self.module.matmul_blocks(x, weight.panels, weight.block_scales)
+        else:
+            y = self.module.matmul(x, weight.panels, weight.scales)
         if y.shape[1] != weight.out_features:
             y = y[:, : weight.out_features].contiguous()
         return y
@@ -68,22 +100,39 @@ class PanelGemm:
 class PanelWeight:
     """A matmul weight [in, out] in the panel layout, with the kernel that reads it."""
 
-    panels: torch.Tensor  # [ceil(out / PANEL), in, PANEL]: float32, bfloat16 or int8
+    panels: torch.Tensor  # [ceil(out / PANEL), in, PANEL]: float32, bfloat16 or int8; block values below
     out_features: int
     gemm: PanelGemm
     scales: torch.Tensor | None = None  # [ceil(out / PANEL) * PANEL] float32: int8 panels' column scales
+    # Block values (`pack_blocks`; panels [P, in, PANEL / 2] uint8 or [P, in, PANEL] int8): each block's
+    # d and m, [P, in / BLOCK, 2, PANEL] float32.
+    block_scales: torch.Tensor | None = None
 
     @property
     def shape(self) -> tuple[int, int]:
         return (self.panels.shape[1], self.out_features)
 
     def to_dense(self) -> torch.Tensor:
-        """[in, out], exactly the packed values (int8 ones times their scales, in float32)."""
+        """[in, out], exactly the packed values (int8 ones times their scales, block values widened, in
+        float32)."""
+        if self.block_scales is not None:
+            return self._blocks().to_dense()[:, : self.out_features].contiguous()
         width = self.panels.shape[0] * PANEL
         dense = self.panels.permute(1, 0, 2).reshape(self.panels.shape[1], width)
         if self.scales is not None:
             dense = dense.float() * self.scales
         return dense[:, : self.out_features].contiguous()
+
+    def _blocks(self) -> Blocks:
+        """The block values as [in, P * PANEL] with their d and m."""
+        assert self.block_scales is not None
+        values = self.panels
+        if values.dtype == torch.uint8:
+            values = torch.cat([values & 15, values >> 4], dim=-1)
+        width = values.shape[0] * PANEL
+        q = values.permute(1, 0, 2).reshape(values.shape[1], width)
+        d, m = self.block_scales.permute(1, 2, 0, 3).reshape(-1, 2, width).unbind(dim=1)
+        return Blocks(q, d, m)
 
 
 def _padded(dense: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,10 @@ at::Tensor pack(const at::Tensor& weight);
 // column) -> y [M, P * 32] float32.
 at::Tensor matmul(const at::Tensor& x_in, const at::Tensor& panels, const std::optional<at::Tensor>& scales);
 
+// x [M, K] float32 times block weights q * d + m: q [P, K, 16] uint8 (4-bit) or [P, K, 32] int8, scales
+// [P, K / 32, 2, 32] float32 (d, m per block of 32 k and column) -> y [M, P * 32] float32.
+at::Tensor matmul_blocks(const at::Tensor& x_in, const at::Tensor& q, const at::Tensor& scales);
+
 // Rows of each sequence attended over the paged KV cache (tree_attention.cpp has the layout).
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& sequences,
                   const at::Tensor& slots, const at::Tensor& masks, double scale);

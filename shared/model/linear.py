@@ -76,9 +76,12 @@ def pack_model_weights(weights: ModelWeights, keep_dense: bool = False) -> None:
     _repack(weights, layer_weight, pack_weight)
 
 
-def panel_model_weights(weights: ModelWeights, gemm: PanelGemm) -> None:
-    """Repack every matmul weight into the panel layout, in place, layer by layer."""
-    _repack(weights, gemm.pack, gemm.pack)
+def panel_model_weights(weights: ModelWeights, gemm: PanelGemm, exact_forms: bool = True) -> None:
+    """Repack every matmul weight into the panel layout, in place, layer by layer; with `exact_forms`
+    each in the narrowest form that holds it exactly (PanelGemm.pack_exact: the same results, fewer
+    bytes to stream), else in the model's dtype."""
+    pack = gemm.pack_exact if exact_forms else gemm.pack
+    _repack(weights, pack, pack)
 
 
 def _repack(

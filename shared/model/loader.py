@@ -32,6 +32,10 @@ class LoadOptions:
     # With packing: the own panel kernel's layout where it builds (kernels/panel_gemm.py); else, or
     # without this, oneDNN's.
     panel_weights: bool = True
+    # With the panel kernel: each weight in the narrowest form that holds it exactly (4-bit or int8
+    # blocks where it was imported from such a quantization, bfloat16 where every value is one; the
+    # same results, bit for bit, from fewer bytes), else in the model's dtype.
+    exact_forms: bool = True
     # With packing: also keep the dense layer weights for forwards of few rows where they are faster
     # (measured at load, layout_probe.py), if the copy takes at most a quarter of the RAM.
     dense_small_forwards: bool = True
@@ -57,7 +61,7 @@ def load_model(path: Path, options: LoadOptions | None = None) -> CausalLM:
     panels = options.pack_weights and options.panel_weights and panel_gemm.applies(device, dtype)
     gemm = panel_gemm.panel_gemm() if panels else None
     if gemm is not None:
-        panel_model_weights(weights, gemm)
+        panel_model_weights(weights, gemm, options.exact_forms)
     elif options.pack_weights and packing_supported(device, dtype):
         dual = options.dense_small_forwards and dense_copies_fit(weights)
         pack_model_weights(weights, keep_dense=dual)

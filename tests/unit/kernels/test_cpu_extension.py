@@ -25,6 +25,13 @@ def test_one_module_holds_every_kernel() -> None:
     if on_x86():
         module = load_cpu_kernels()
         assert module is not None
-        assert {"pack", "matmul", "attend", "prefill_attend", "rms_norm", "rope", "silu_mul"} <= set(
-            dir(module)
-        )
+        assert {
+            "pack",
+            "matmul",
+            "matmul_blocks",
+            "attend",
+            "prefill_attend",
+            "rms_norm",
+            "rope",
+            "silu_mul",
+        } <= set(dir(module))
