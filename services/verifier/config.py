@@ -27,6 +27,8 @@ class EngineConfig:
     tree_cost: float = 0.0  # a tree's fixed verify cost, used with a configured node_cost only
     # Reuse the K/V of cached prompt prefixes (with an EAGLE drafter, their features too).
     prefix_caching: bool = True
+    # On a CPU with the panel kernel: each weight in the narrowest form that holds it exactly (LoadOptions).
+    exact_weight_forms: bool = True
     # vLLM's: "fcfs" (first come, first served) or "priority" (by each request's priority first).
     scheduling_policy: str = "fcfs"
     # The most rows (root included) a chain drafted from a request's predicted output verifies; 1:

@@ -76,7 +76,9 @@ class Engine:
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
         self.config = config
-        self.model = model or load_model(config.model_path, LoadOptions(config.device, config.dtype))
+        self.model = model or load_model(
+            config.model_path, LoadOptions(config.device, config.dtype, exact_forms=config.exact_weight_forms)
+        )
         mc = self.model.config
         self.context_length = min(
             config.context_length or mc.max_position_embeddings, mc.max_position_embeddings

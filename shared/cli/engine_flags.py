@@ -26,13 +26,19 @@ class EngineFlags:
     chunked_prefill_size: int | None = None
     context_length: int | None = None
     prefix_caching: bool = True
+    exact_weight_forms: bool = True
     scheduling_policy: str | None = None
     prediction_draft_tokens: int | None = None
 
     @classmethod
     def of(cls, ns: argparse.Namespace) -> EngineFlags:
-        values = {f.name: getattr(ns, f.name) for f in fields(cls) if f.name != "prefix_caching"}
-        return cls(prefix_caching=not ns.disable_prefix_caching, **values)
+        switches = ("prefix_caching", "exact_weight_forms")
+        values = {f.name: getattr(ns, f.name) for f in fields(cls) if f.name not in switches}
+        return cls(
+            prefix_caching=not ns.disable_prefix_caching,
+            exact_weight_forms=not ns.disable_exact_weight_forms,
+            **values,
+        )
 
     def engine_fields(self) -> dict[str, Any]:
         """EngineConfig's fields that the flags set."""
@@ -43,8 +49,8 @@ class EngineFlags:
         argv: list[str] = []
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "prefix_caching":
-                argv += [] if value else ["--disable-prefix-caching"]
+            if f.name in ("prefix_caching", "exact_weight_forms"):
+                argv += [] if value else [f"--disable-{f.name.replace('_', '-')}"]
             elif value is not None and value != f.default:
                 argv += [f"--{f.name.replace('_', '-')}", str(value)]
         return argv
@@ -86,6 +92,12 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="compute every prompt from its start (default: reuse the K/V of cached prompt prefixes, "
         "and for an EAGLE drafter the target's features there too)",
+    )
+    p.add_argument(
+        "--disable-exact-weight-forms",
+        action="store_true",
+        help="keep the CPU weights in the model's dtype (default: each in the narrowest form that holds "
+        "it exactly, such as a GGUF import's 4-bit blocks: the same outputs from fewer bytes a step)",
     )
     p.add_argument(
         "--scheduling-policy",

@@ -149,6 +149,25 @@ def test_prefix_caching_is_on_unless_disabled_through_serve_and_verifier(tmp_pat
     assert "--disable-prefix-caching" in verifier.argv
 
 
+def test_exact_weight_forms_are_on_unless_disabled_through_serve_and_verifier(tmp_path: Path) -> None:
+    from treespec.shared.cli.main import build_parser
+    from treespec.shared.cli.serve import ServeConfig, services
+    from treespec.shared.cli.verifier import config_from_args
+
+    def exact(*flags: str) -> bool:
+        ns = build_parser().parse_args(["verifier", "--model-path", str(tmp_path), *flags])
+        return config_from_args(ns).engine.exact_weight_forms
+
+    assert exact() and not exact("--disable-exact-weight-forms")
+    ns = build_parser().parse_args(["serve", "--model-path", str(tmp_path), "--disable-exact-weight-forms"])
+    assert EngineFlags.of(ns) == EngineFlags(exact_weight_forms=False)
+    off = ServeConfig.on_free_ports(tmp_path, "NGRAM", engine=EngineFlags(exact_weight_forms=False))
+    verifier = next(p for p in services(off) if p.name == "verifier")
+    assert "--disable-exact-weight-forms" in verifier.argv
+    on = next(p for p in services(ServeConfig.on_free_ports(tmp_path, "NGRAM")) if p.name == "verifier")
+    assert "--disable-exact-weight-forms" not in on.argv
+
+
 def test_the_tool_call_parser_reaches_the_gateway_through_serve(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
