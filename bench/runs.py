@@ -23,6 +23,7 @@ from treespec.bench.report import format_table, write_json
 from treespec.bench.throughput import Tally, Throughput
 from treespec.shared.cli.speculation_flags import check_costs, resolve_budget
 from treespec.shared.drafting.drafter import Drafter
+from treespec.shared.launcher.heap_freeze import freeze_heap, unfreeze_heap
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.store import models_dir, resolve_model_path
 from treespec.verifier.config import EngineConfig
@@ -101,7 +102,10 @@ def run_bench(
         print(f"treespec bench {verb}: error: {exc}", file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
-    payload = bench(args)
+    try:
+        payload = bench(args)
+    finally:
+        unfreeze_heap()  # warm_up froze it for the timed runs
     emit(payload, render(payload), args.json_path)
     return 0
 
@@ -163,11 +167,13 @@ def warm_up(
     *engines: tuple[Engine, SpeculationParams | None],
     **hf_kwargs: Any,
 ) -> None:
-    """One short generation with HF (`hf_kwargs`: its generate options) and with each engine."""
+    """One short generation with HF (`hf_kwargs`: its generate options) and with each engine; then
+    the heap is frozen, as a serving process's is once it is ready (shared/launcher/heap_freeze.py)."""
     ids = chat_prompt_ids(tokenizer, WARM_UP_TEXT)
     hf_generate(hf, ids, WARM_UP_TOKENS, **hf_kwargs)
     for i, (engine, spec) in enumerate(engines):
         engine.generate([request(f"warm-{i}", ids, WARM_UP_TOKENS, spec)])
+    freeze_heap()
 
 
 def time_hf(

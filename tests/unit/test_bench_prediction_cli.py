@@ -3,13 +3,16 @@ speculative output equals plain decoding's."""
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
 import pytest
 
 from tests.unit.bench_prompts import write_prompts
+from treespec.bench import runs
 from treespec.shared.cli.main import main
+from treespec.shared.launcher.heap_freeze import freeze_heap
 from treespec.shared.model.store import models_dir, resolve_model_path
 
 KEYS = {
@@ -32,7 +35,16 @@ def test_a_real_run_writes_the_json(
     out = tmp_path / "out.json"
     model = str(resolve_model_path(None, models_dir()))
     argv = ["--model", model, "--prompts", str(prompts), "--max-new-tokens", "24", "--threads", "2"]
+    frozen: list[int] = []
+
+    def freeze() -> int:
+        frozen.append(freeze_heap())
+        return frozen[-1]
+
+    monkeypatch.setattr(runs, "freeze_heap", freeze)
     assert main(["bench", "prediction", *argv, "--json", str(out)]) == 0
+    # The heap was frozen for the timed runs (after the warm-up) and returned to the collector after.
+    assert len(frozen) == 1 and frozen[0] > 0 and gc.get_freeze_count() == 0
     p = json.loads(out.read_text())
     assert KEYS | {"per_category", "identical", "setup"} <= set(p)
     assert set(p["per_category"]) == {"coding", "qa"}

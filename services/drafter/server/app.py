@@ -20,6 +20,7 @@ from treespec.drafter.server.plugin_calls import PluginCalls
 from treespec.drafter.server.servicer import DrafterServicer
 from treespec.shared.drafting.drafter import Drafter
 from treespec.shared.drafting.registry import create_drafter
+from treespec.shared.launcher.heap_freeze import freeze_heap
 from treespec.shared.rpc.server import ServerHandle, create_server
 from treespec.shared.telemetry.tracing import build_tracer_provider, install_tracer_provider
 from treespec.v1 import drafter_pb2, drafter_pb2_grpc
@@ -130,6 +131,7 @@ def serve(config: DrafterServerConfig) -> int:
     # Built on this thread, which runs the event loop below (and so, with PluginCalls.LOOP, the plugin).
     make = functools.partial(create_drafter, config.kind, config.context)
     servicer = DrafterServicer.build(make, config.kind, calls=config.plugin_calls)
+    freeze_heap()
     asyncio.run(_serve_until_signal(servicer, config))
     return 0
 

@@ -26,6 +26,7 @@ from opentelemetry import trace
 from prometheus_client import CollectorRegistry, start_http_server
 
 from treespec.shared.drafting.drafter import Drafter
+from treespec.shared.launcher.heap_freeze import freeze_heap
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.loader import LoadOptions, load_model
 from treespec.shared.rpc.server import ServerHandle, create_server
@@ -184,7 +185,8 @@ class VerifierServer:
     def _build_engine(self) -> tuple[Engine, Callable[[], None]]:
         """The engine, and what ends the drafter built here (an injected one is the caller's)."""
         c = self.config.engine
-        model = self._model or load_model(c.model_path, LoadOptions(c.device, c.dtype))
+        options = LoadOptions(c.device, c.dtype, exact_forms=c.exact_weight_forms)
+        model = self._model or load_model(c.model_path, options)
         if self._drafter is not None:
             return Engine(c, self._drafter, model), _nothing
         built = build_drafter(self.config.drafter, model, c.model_path)
@@ -259,6 +261,7 @@ def serve_until_signalled(
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
+    freeze_heap()  # the process is ready: its startup objects need no more scanning
     try:
         engine_loop.run()
     finally:
