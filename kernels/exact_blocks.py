@@ -79,5 +79,9 @@ def _exact(dense: torch.Tensor, blocks: Blocks) -> Blocks | None:
     """`blocks` if they give back every weight bit for bit (-0.0 and NaN included), else None."""
     if not bool(torch.isfinite(blocks.d).all()):
         return None
-    back = blocks.to_dense()
-    return blocks if torch.equal(back.view(torch.int32), dense.contiguous().view(torch.int32)) else None
+    return blocks if same_bits(blocks.to_dense(), dense) else None
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Float32 tensors equal bit for bit (-0.0 is not 0.0; a NaN equals the same NaN)."""
+    return torch.equal(a.contiguous().view(torch.int32), b.contiguous().view(torch.int32))

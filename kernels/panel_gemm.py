@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from treespec.kernels.cpu_extension import load_cpu_kernels, on_x86
-from treespec.kernels.exact_blocks import Blocks, find_blocks
+from treespec.kernels.exact_blocks import Blocks, find_blocks, same_bits
 from treespec.kernels.speed_check import fast_enough
 
 PANEL = 32  # columns per panel (kPanel in the source)
@@ -69,7 +69,7 @@ class PanelGemm:
         if blocks is not None:
             return self.pack_blocks(blocks, dense.shape[1])
         as_bf16 = dense.to(torch.bfloat16)
-        if torch.equal(as_bf16.float().view(torch.int32), dense.contiguous().view(torch.int32)):
+        if same_bits(as_bf16.float(), dense):
             return self.pack(as_bf16)
         return self.pack(dense)
 

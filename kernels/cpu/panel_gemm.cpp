@@ -228,7 +228,7 @@ constexpr auto kManyRowsKernels = kernel_table<W, kSliceVecs>(std::make_integer_
 
 // Rows of x in chunks of at most `max_rows`, as even as can be (AVX2, 13 rows in chunks of up to 6: 5, 4,
 // 4, not 6, 6, 1), times panel p, slice by slice (`slices` of them, `table[rows]` multiplying one);
-// `scale`: the panel's column scales (int8), else null.
+// `scale`: the panel's column scales (int8; block values: its block scales, in one slice), else null.
 template <typename W>
 void panel_chunks(const MicroKernel<W>* table, int max_rows, int slices, const float* x, int64_t M, int64_t K,
                   const W* panel, float* y, int64_t N, const float* scale) {
@@ -355,7 +355,8 @@ void widen_panel(const uint8_t* panel, const float* scales, int64_t K, float* ou
   }
 }
 
-using BlockKernel = void (*)(const float*, int64_t, const uint8_t*, int64_t, float*, int64_t, const float*);
+// A block micro-kernel has the float32 ones' signature, its panel's scales in place of the column scales.
+using BlockKernel = MicroKernel<uint8_t>;
 
 template <typename Q, int... M>
 constexpr std::array<BlockKernel, sizeof...(M) + 1> block_table(std::integer_sequence<int, M...>) {
@@ -391,12 +392,7 @@ void block_range(const float* x, int64_t M, int64_t K, const uint8_t* panels, co
                    N, nullptr);
       continue;
     }
-    const int64_t chunks = (M + kMaxRows - 1) / kMaxRows;
-    for (int64_t c = 0, m = 0; c < chunks; ++c) {
-      const int rows = static_cast<int>((M - m) / (chunks - c));
-      kBlockRows<Q>[rows](x + m * K, K, panel, K, y + m * N + p * kPanel, N, s);
-      m += rows;
-    }
+    panel_chunks(kBlockRows<Q>.data(), kMaxRows, 1, x, M, K, panel, y + p * kPanel, N, s);
   }
 }
 

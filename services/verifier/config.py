@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from treespec.shared.model.loader import LoadOptions
 from treespec.verifier.request import SpeculationParams
 
 SCHEDULING_POLICIES = ("fcfs", "priority")
@@ -40,6 +41,10 @@ class EngineConfig:
             raise ValueError(f"scheduling_policy must be one of {', '.join(SCHEDULING_POLICIES)}")
         if self.prediction_draft_tokens < 1:
             raise ValueError("prediction_draft_tokens must be >= 1")
+
+    def load_options(self) -> LoadOptions:
+        """How the target model loads for this engine."""
+        return LoadOptions(self.device, self.dtype, exact_forms=self.exact_weight_forms)
 
     @property
     def max_tree_rows(self) -> int:

@@ -22,7 +22,7 @@ from treespec.shared.drafting.drafter import Drafter, salt_argument
 from treespec.shared.model.attention.torch_backend import TorchAttentionBackend
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.kv_cache import BlockAllocator, KVCache
-from treespec.shared.model.loader import LoadOptions, load_model
+from treespec.shared.model.loader import load_model
 from treespec.shared.model.prefix_cache import PrefixCache
 from treespec.shared.rpc.limits import MAX_PREDICTION_TOKENS
 from treespec.verifier.commit_stage import CommitStage, StopRules
@@ -76,9 +76,7 @@ class Engine:
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
         self.config = config
-        self.model = model or load_model(
-            config.model_path, LoadOptions(config.device, config.dtype, exact_forms=config.exact_weight_forms)
-        )
+        self.model = model or load_model(config.model_path, config.load_options())
         mc = self.model.config
         self.context_length = min(
             config.context_length or mc.max_position_embeddings, mc.max_position_embeddings

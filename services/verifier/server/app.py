@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from treespec.shared.drafting.drafter import Drafter
 from treespec.shared.launcher.heap_freeze import freeze_heap
 from treespec.shared.model.causal_lm import CausalLM
-from treespec.shared.model.loader import LoadOptions, load_model
+from treespec.shared.model.loader import load_model
 from treespec.shared.rpc.server import ServerHandle, create_server
 from treespec.v1 import verifier_pb2, verifier_pb2_grpc
 from treespec.verifier.config import EngineConfig
@@ -185,8 +185,7 @@ class VerifierServer:
     def _build_engine(self) -> tuple[Engine, Callable[[], None]]:
         """The engine, and what ends the drafter built here (an injected one is the caller's)."""
         c = self.config.engine
-        options = LoadOptions(c.device, c.dtype, exact_forms=c.exact_weight_forms)
-        model = self._model or load_model(c.model_path, options)
+        model = self._model or load_model(c.model_path, c.load_options())
         if self._drafter is not None:
             return Engine(c, self._drafter, model), _nothing
         built = build_drafter(self.config.drafter, model, c.model_path)
