@@ -367,6 +367,84 @@ constexpr std::array<BlockKernel, sizeof...(M) + 1> block_table(std::integer_seq
 template <typename Q>
 constexpr auto kBlockRows = block_table<Q>(std::make_integer_sequence<int, kMaxRows>{});
 
+// Narrow vectors (AVX2: 16 registers of 8 floats) cannot hold block_kernel's scales (8 vectors a block)
+// beside more than one row's accumulators: its 2-row and 4-row kernels spilled. There 2 or more rows of
+// x multiply a panel of block weights in column groups of V vectors, M * V accumulators at most
+// kGroupAccumulators (as in the float32 6 x 16 block), each block's d and m read as FMA operands, a
+// group's weights widened once per chunk of rows: 2-3 rows over the whole panel, 4-6 over halves, more
+// in chunks of 6 at most (quarters, 7-12 rows in one chunk, were no faster). On a 2-core AMD EPYC without
+// AVX-512, SmolLM2's layer products, interleaved with the whole-panel kernels: 4 rows took 0.91x their
+// time, 6 rows 0.85x, 1-3 rows the same (one row keeps block_kernel: two panels per call were slower).
+constexpr int kGroupAccumulators = 12;
+constexpr int kGroupRows = kGroupAccumulators / 2;  // rows per chunk: two vectors per group at least
+
+template <int M>
+constexpr int group_vecs() {
+  int v = kVecs;
+  while (v > 2 && M * v > kGroupAccumulators) v /= 2;
+  return v;
+}
+
+// Rows [M] of x times columns [C0, C0 + V * kLanes) of a panel of block weights (`panel`, `scales`: the
+// whole panel's; `y`: the row's first column of the panel).
+template <int M, typename Q, int V, int C0>
+void block_group(const float* x, int64_t ldx, const uint8_t* panel, int64_t K, float* y, int64_t ldy,
+                 const float* scales) {
+  constexpr int64_t kBytes = kBlockRowBytes<Q>;
+  vec acc[M][V];
+  _Pragma("GCC unroll 32") for (int m = 0; m < M; ++m) {
+    _Pragma("GCC unroll 32") for (int v = 0; v < V; ++v) acc[m][v] = vec{};
+  }
+  for (int64_t b = 0; b < K / kBlock; ++b) {
+    const float* d = scales + b * 2 * kPanel + C0;
+    const float* offset = d + kPanel;
+    __builtin_prefetch(d + 4 * kPanel, 0, 2);
+    __builtin_prefetch(offset + 4 * kPanel, 0, 2);
+    for (int64_t k = b * kBlock; k < (b + 1) * kBlock; ++k) {
+      const uint8_t* row = panel + k * kBytes;
+      if constexpr (C0 == 0) __builtin_prefetch(row + kAhead * kBytes, 0, 2);
+      vec w[V];
+      _Pragma("GCC unroll 32") for (int v = 0; v < V; ++v) {
+        w[v] = load_block_values<Q>(row, C0 + v * kLanes) * load_weights(d + v * kLanes) +
+               load_weights(offset + v * kLanes);
+      }
+      _Pragma("GCC unroll 32") for (int m = 0; m < M; ++m) {
+        const float xv = x[m * ldx + k];
+        _Pragma("GCC unroll 32") for (int v = 0; v < V; ++v) acc[m][v] += xv * w[v];
+      }
+    }
+  }
+  _Pragma("GCC unroll 32") for (int m = 0; m < M; ++m) {
+    _Pragma("GCC unroll 32") for (int v = 0; v < V; ++v) {
+      __builtin_memcpy(y + m * ldy + C0 + v * kLanes, &acc[m][v], sizeof(vec));
+    }
+  }
+}
+
+// Rows [M] of x times a panel of block weights, group by group.
+template <int M, typename Q, int... G>
+void block_groups(const float* x, int64_t ldx, const uint8_t* panel, int64_t K, float* y, int64_t ldy,
+                  const float* scales, std::integer_sequence<int, G...>) {
+  constexpr int V = group_vecs<M>();
+  (block_group<M, Q, V, G * V * kLanes>(x, ldx, panel, K, y, ldy, scales), ...);
+}
+
+template <int M, typename Q>
+void block_grouped_kernel(const float* x, int64_t ldx, const uint8_t* panel, int64_t K, float* y, int64_t ldy,
+                          const float* scales) {
+  block_groups<M, Q>(x, ldx, panel, K, y, ldy, scales, std::make_integer_sequence<int, kVecs / group_vecs<M>()>{});
+}
+
+template <typename Q, int... M>
+constexpr std::array<BlockKernel, sizeof...(M) + 2> block_grouped_table(std::integer_sequence<int, M...>) {
+  return {nullptr, &block_kernel<1, Q>, &block_grouped_kernel<M + 2, Q>...};
+}
+
+// kBlockGroupedRows<Q>[rows]: one row by block_kernel, 2..kGroupRows rows by column groups.
+template <typename Q>
+constexpr auto kBlockGroupedRows = block_grouped_table<Q>(std::make_integer_sequence<int, kGroupRows - 1>{});
+constexpr bool kGroupedBlocks = kLanes < 16;  // AVX-512's block_kernel holds its scales and 12 rows
+
 // Rows of x times block panels [p0, p1): up to kWidenRows rows in chunks over the panels as they lie
 // (each chunk widens the weights again: a few operations per weight, against 2 FMAs per row of it),
 // more over each panel widened once into float32 (which writes and reads back 4 bytes a weight).
@@ -392,7 +470,11 @@ void block_range(const float* x, int64_t M, int64_t K, const uint8_t* panels, co
                    N, nullptr);
       continue;
     }
-    panel_chunks(kBlockRows<Q>.data(), kMaxRows, 1, x, M, K, panel, y + p * kPanel, N, s);
+    if constexpr (kGroupedBlocks) {
+      panel_chunks(kBlockGroupedRows<Q>.data(), kGroupRows, 1, x, M, K, panel, y + p * kPanel, N, s);
+    } else {
+      panel_chunks(kBlockRows<Q>.data(), kMaxRows, 1, x, M, K, panel, y + p * kPanel, N, s);
+    }
   }
 }
 
