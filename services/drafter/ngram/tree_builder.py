@@ -33,11 +33,12 @@ class TreeShape:
     min_path_prob: float
 
 
-@dataclass
+@dataclass(slots=True)
 class _TrieNode:
     token: int
     weight: float = 0.0
     bucket: int = 0  # the strongest kind of match through this node
+    strength: tuple[int, int] = (0, 0)  # its rank (_bucket_strength)
     children: dict[int, _TrieNode] = field(default_factory=dict)
 
     def ranked_children(self) -> list[tuple[_TrieNode, float]]:
@@ -79,13 +80,20 @@ def build_tree(
 
 
 def _trie(root_token: int, candidates: Sequence[Candidate], max_depth: int) -> _TrieNode:
+    """The candidates merged; each node's bucket the strongest among the candidates through it (a
+    candidate's strength is ranked once: this runs for every token of every candidate, every step)."""
     root = _TrieNode(root_token)
     for candidate in candidates:
+        strength = _bucket_strength(candidate.bucket)
         node = root
         for token in candidate.tokens[:max_depth]:
-            node = node.children.setdefault(token, _TrieNode(token))
-            node.weight += candidate.weight
-            node.bucket = max(node.bucket, candidate.bucket, key=_bucket_strength)
+            child = node.children.get(token)
+            if child is None:
+                child = node.children[token] = _TrieNode(token, bucket=candidate.bucket, strength=strength)
+            elif strength > child.strength:
+                child.bucket, child.strength = candidate.bucket, strength
+            child.weight += candidate.weight
+            node = child
     return root
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from treespec.drafter.ngram.calibration import AcceptanceModel, NodeKind, node_kind
-from treespec.drafter.ngram.candidates import Candidate, local_bucket
+from treespec.drafter.ngram.candidates import Candidate, local_bucket, memory_bucket
 from treespec.drafter.ngram.outcomes import tree_outcomes
 from treespec.drafter.ngram.tree_builder import DraftedTree, TreeShape, build_tree
 from treespec.kernels.tree_mask import validate_tree
@@ -40,6 +40,20 @@ def test_shared_prefixes_merge_and_heavier_branches_come_first() -> None:
     # level 1: 1 (weight 7) then 6; level 2: under 1: 4 (5.0) then 2 (2.0), under 6: 7; level 3: 3
     assert edges(drafted) == [(-1, 0), (0, 1), (0, 6), (1, 4), (1, 2), (6, 7), (2, 3)]
     assert drafted is not None and drafted.kinds[1] == node_kind(4, 1, 0)  # strongest match through it
+
+
+def test_a_node_only_the_memory_proposed_is_of_its_memory_bucket() -> None:
+    # Local matches rank above memory ones; a node no local match reaches keeps the memory's kind (it
+    # once took the kind of an empty local match, so memory outcomes were learned under another kind).
+    candidates = [Candidate((5, 6), 2.0, memory_bucket(2)), Candidate((5, 7), 1.0, local_bucket(1))]
+    drafted = build_tree(0, candidates, TreeBudget(8, 3, 4), shape(), always(0.9))
+    assert edges(drafted) == [(-1, 0), (0, 5), (5, 6), (5, 7)]
+    assert drafted is not None
+    assert [kind[0] for kind in drafted.kinds[1:] if kind is not None] == [
+        local_bucket(1),
+        memory_bucket(2),
+        local_bucket(1),
+    ]
 
 
 def test_bfs_breadth_shrinks_with_depth() -> None:
