@@ -12,10 +12,21 @@ tell them apart. Until then, and whenever they stop varying (drafts left out, ev
 the probe's split stands, scaled to the observed step times: a uniform slowdown leaves the costs as
 they were. When the rows vary but the trees do not (a drafter that always drafts), the probe's part
 per tree, so scaled, stands and the rest is fitted.
+
+The plane's one-row step is an extrapolation where steps of one row are rare (a drafter that always
+drafts): there the rows vary only with the batch, and each further request brings costs of its own
+besides its rows, which the line then charges to the rows, so its one-row step fell to a third of
+the probe's, and a node's cost relative to it rose to 1.0 at worst, a tree's to 2.4 (the service
+tests' decode steps replayed: in 152 of 2,350 no chain of a 0.8 acceptance rate was worth verifying,
+and a predicted output drafted nothing). A one-row forward is no faster on a busy device than on the
+idle one the probe timed, so the fitted step is held at MIN_STEP_OF_PROBE of the probe's at least
+(some slack for a probe context longer than the requests'), and the parts per row and per tree are
+then fitted through that point.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from treespec.verifier.verify_cost import VerifyCost
@@ -25,6 +36,7 @@ MIN_WEIGHT = 16.0  # (age-weighted) observations before they replace the probe's
 MIN_ROW_SPREAD = 0.25  # weighted variance of the row counts below which the slope is not trusted
 MIN_TREE_SPREAD = 0.05  # the same for the tree counts (at batch 1: trees in 5% to 95% of steps)
 MAX_CORRELATION = 0.95  # squared correlation of rows and trees above which they are not told apart
+MIN_STEP_OF_PROBE = 0.8  # the fitted one-row step is at least this share of the probe's
 
 
 @dataclass
@@ -59,7 +71,15 @@ class _Moments:
         return float(getattr(self, name)) / self.w
 
     def cov(self, a: str, b: str) -> float:
-        return self.mean(a + b) - self.mean(a) * self.mean(b)
+        return self.about(a, b, self.means())
+
+    def about(self, a: str, b: str, centre: Mapping[str, float]) -> float:
+        """The mean of (a - centre[a]) * (b - centre[b]): cov(a, b) where the centre is the means."""
+        ca, cb = centre[a], centre[b]
+        return self.mean(a + b) - cb * self.mean(a) - ca * self.mean(b) + ca * cb
+
+    def means(self) -> dict[str, float]:
+        return {name: self.mean(name) for name in ("x", "z", "y")}
 
 
 @dataclass
@@ -84,8 +104,13 @@ class OnlineVerifyCost:
             return self.prior
         if m.cov("x", "x") < MIN_ROW_SPREAD:
             return self._scaled_prior()
-        fitted = self._fit_rows_and_trees() or self._fit_rows()
-        return fitted if fitted.step_s > 0.0 else self.prior
+        row, tree = self._plane(m.means())
+        step = m.mean("y") - row * (m.mean("x") - 1.0) - tree * m.mean("z")  # the plane at one row
+        floor = MIN_STEP_OF_PROBE * self.prior.step_s
+        if step < floor:  # extrapolated below what one row costs: through the floor at one row instead
+            step = floor
+            row, tree = self._plane({"x": 1.0, "z": 0.0, "y": floor})
+        return VerifyCost(step, row, tree)
 
     def node_cost(self, batch_size: int) -> float:
         return self.current.node_cost(batch_size)
@@ -103,20 +128,17 @@ class OnlineVerifyCost:
         s, p = self._scale(), self.prior
         return VerifyCost(p.step_s * s, p.row_s * s, p.tree_s * s)
 
-    def _fit_rows(self) -> VerifyCost:
-        """The line through rows, with the probe's (scaled) part per tree taken out first."""
+    def _plane(self, centre: Mapping[str, float]) -> tuple[float, float]:
+        """(part per row, part per tree): the least-squares plane of the seconds over rows and trees
+        through `centre` (the means: the plane that fits best; one row, no tree and a given step: the
+        best with that step). Where the trees do not vary apart from the rows, the probe's part per
+        tree (scaled) stands and the rows' is fitted."""
         m = self._m
-        tree = self.prior.tree_s * self._scale()
-        row = max(0.0, (m.cov("x", "y") - tree * m.cov("x", "z")) / m.cov("x", "x"))
-        return self._through_means(row, tree)
-
-    def _fit_rows_and_trees(self) -> VerifyCost | None:
-        """The plane through rows and trees; None when the trees do not vary, or vary with the rows."""
-        m = self._m
-        sxx, szz, sxz = m.cov("x", "x"), m.cov("z", "z"), m.cov("x", "z")
+        sxx, szz, sxz = (m.about(a, b, centre) for a, b in (("x", "x"), ("z", "z"), ("x", "z")))
+        sxy, szy = m.about("x", "y", centre), m.about("z", "y", centre)
         if szz < MIN_TREE_SPREAD or sxz * sxz > MAX_CORRELATION * sxx * szz:
-            return None
-        sxy, szy = m.cov("x", "y"), m.cov("z", "y")
+            tree = self.prior.tree_s * self._scale()
+            return max(0.0, (sxy - tree * sxz) / sxx), tree
         det = sxx * szz - sxz * sxz
         row = (sxy * szz - szy * sxz) / det
         tree = (szy * sxx - sxy * sxz) / det
@@ -124,9 +146,4 @@ class OnlineVerifyCost:
             tree, row = 0.0, sxy / sxx
         if row < 0.0:
             row, tree = 0.0, max(0.0, szy / szz)
-        return self._through_means(max(0.0, row), tree)
-
-    def _through_means(self, row: float, tree: float) -> VerifyCost:
-        m = self._m
-        step = m.mean("y") - row * (m.mean("x") - 1.0) - tree * m.mean("z")  # the plane at one row
-        return VerifyCost(step, row, tree)
+        return max(0.0, row), tree

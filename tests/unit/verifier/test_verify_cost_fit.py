@@ -7,13 +7,14 @@ from pathlib import Path
 import pytest
 
 from tests.unit.verifier.test_verify_cost import greedy, measuring_engine
+from treespec.shared.drafting.tree_value import nodes_worth_verifying
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine
 from treespec.verifier.verify_cost import VerifyCost
-from treespec.verifier.verify_cost_fit import MIN_WEIGHT, OnlineVerifyCost
+from treespec.verifier.verify_cost_fit import MIN_STEP_OF_PROBE, MIN_WEIGHT, OnlineVerifyCost
 
-PRIOR = VerifyCost(step_s=0.040, row_s=0.002)
+PRIOR = VerifyCost(step_s=0.025, row_s=0.002)
 
 
 def feed(cost: OnlineVerifyCost, step_s: float, row_s: float, rows: list[int], times: int = 1) -> None:
@@ -25,7 +26,7 @@ def feed(cost: OnlineVerifyCost, step_s: float, row_s: float, rows: list[int], t
 def test_the_probe_stands_until_enough_steps_are_seen() -> None:
     cost = OnlineVerifyCost(PRIOR)
     feed(cost, 0.030, 0.006, [1, 5, 9], times=int(MIN_WEIGHT) // 3 - 1)
-    assert cost.current == PRIOR and cost.node_cost(1) == pytest.approx(0.05)
+    assert cost.current == PRIOR and cost.node_cost(1) == pytest.approx(0.08)
 
 
 def test_steps_of_varied_sizes_give_their_own_line() -> None:
@@ -83,6 +84,24 @@ def test_recent_steps_outweigh_old_ones() -> None:
     feed(cost, 0.060, 0.001, [1, 4, 8], times=60)  # the machine got busy: rows relatively cheap
     assert cost.current.step_s == pytest.approx(0.060, rel=0.02)
     assert cost.current.row_s == pytest.approx(0.001, rel=0.1)
+
+
+def test_a_one_row_step_is_never_fitted_below_the_probe_s() -> None:
+    """A drafter that always drafts: rows vary only with the batch, and each further request costs
+    more than its rows (8 ms of its own here). A free line charged that to the rows and put one row at
+    3 ms (node cost 0.53); held at the probe's step, a node costs a fraction of that."""
+    prior = VerifyCost(step_s=0.010, row_s=0.0006)
+    cost = OnlineVerifyCost(prior)
+    for _ in range(10):
+        for batch in [1] * 18 + [2, 4]:
+            rows = 8 * batch
+            cost.observe(rows, 0.010 + (rows - 1) * 0.0006 + (batch - 1) * 0.008, batch)
+    assert cost.current.step_s == pytest.approx(MIN_STEP_OF_PROBE * prior.step_s)
+    assert cost.current.row_s > prior.row_s  # the batches' own costs still show, bounded
+    assert cost.node_cost(1) < 0.2 and cost.tree_cost(1) == 0.0
+    # A predicted output's chain, 0.8 of its tokens accepted, stays worth verifying.
+    chain = [0.8 ** (d + 1) for d in range(16)]
+    assert nodes_worth_verifying(chain, cost.node_cost(1), cost.tree_cost(1)) >= 3
 
 
 def test_nonsense_observations_are_ignored() -> None:
