@@ -189,7 +189,12 @@ def test_server_and_model_info_as_sglang_s_tools_read_them(http: httpx.Client) -
         1 + state["spec_accepted_tokens"] / state["spec_verify_steps"], rel=0.2
     )
     assert info["speculative_algorithm"] and info["speculative_num_draft_tokens"] >= 1
-    assert info["served_model_name"] == MODEL and http.get("/server_info").json() == info
+    assert info["served_model_name"] == MODEL
+    # /server_info is the same report; its live counters may have moved on (a request of an earlier
+    # test still finishing on a slow machine), so those are compared by name only.
+    alias = http.get("/server_info").json()
+    assert [sorted(s) for s in alias.pop("internal_states")] == [sorted(state)]
+    assert alias == {k: v for k, v in info.items() if k != "internal_states"}
     model = http.get("/get_model_info").json()
     assert (model["model_type"], model["architectures"], model["is_generation"]) == (
         "llama",
