@@ -21,7 +21,10 @@ tests' decode steps replayed: in 152 of 2,350 no chain of a 0.8 acceptance rate 
 and a predicted output drafted nothing). A one-row forward is no faster on a busy device than on the
 idle one the probe timed, so the fitted step is held at MIN_STEP_OF_PROBE of the probe's at least
 (some slack for a probe context longer than the requests'), and the parts per row and per tree are
-then fitted through that point.
+then fitted through that point. A probe that was itself slowed (under two busy processes on two
+cores it timed one row at 1.16 s) would pin the step far above the steps served and leave nothing
+for the rows; no step of one row or more is faster than one of one row, so the floor is taken from
+the fastest step seen where that is faster.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ MIN_WEIGHT = 16.0  # (age-weighted) observations before they replace the probe's
 MIN_ROW_SPREAD = 0.25  # weighted variance of the row counts below which the slope is not trusted
 MIN_TREE_SPREAD = 0.05  # the same for the tree counts (at batch 1: trees in 5% to 95% of steps)
 MAX_CORRELATION = 0.95  # squared correlation of rows and trees above which they are not told apart
-MIN_STEP_OF_PROBE = 0.8  # the fitted one-row step is at least this share of the probe's
+MIN_STEP_OF_PROBE = 0.8  # the fitted one-row step is at least this share of the probe's (or fastest step)
 
 
 @dataclass
@@ -87,6 +90,7 @@ class OnlineVerifyCost:
     prior: VerifyCost  # the start-up probe's
     half_life: float = HALF_LIFE_STEPS
     observations: int = 0
+    fastest_s: float = float("inf")  # the fastest step seen: no one-row step takes longer
     _m: _Moments = field(default_factory=_Moments)
 
     def observe(self, rows: int, seconds: float, trees: int = 0) -> None:
@@ -96,6 +100,7 @@ class OnlineVerifyCost:
             return
         self._m.add(float(rows), float(trees), seconds, 0.5 ** (1.0 / self.half_life))
         self.observations += 1
+        self.fastest_s = min(self.fastest_s, seconds)
 
     @property
     def current(self) -> VerifyCost:
@@ -106,7 +111,7 @@ class OnlineVerifyCost:
             return self._scaled_prior()
         row, tree = self._plane(m.means())
         step = m.mean("y") - row * (m.mean("x") - 1.0) - tree * m.mean("z")  # the plane at one row
-        floor = MIN_STEP_OF_PROBE * self.prior.step_s
+        floor = MIN_STEP_OF_PROBE * min(self.prior.step_s, self.fastest_s)
         if step < floor:  # extrapolated below what one row costs: through the floor at one row instead
             step = floor
             row, tree = self._plane({"x": 1.0, "z": 0.0, "y": floor})

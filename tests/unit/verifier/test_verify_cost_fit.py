@@ -104,6 +104,15 @@ def test_a_one_row_step_is_never_fitted_below_the_probe_s() -> None:
     assert nodes_worth_verifying(chain, cost.node_cost(1), cost.tree_cost(1)) >= 3
 
 
+def test_a_probe_slowed_by_other_work_does_not_pin_the_step() -> None:
+    """The probe timed one row at 1 s (the machine was busy as it started); served steps take 10 ms."""
+    cost = OnlineVerifyCost(VerifyCost(step_s=1.0, row_s=0.002))
+    feed(cost, 0.010, 0.001, [1, 3, 5, 9, 2], times=20)
+    assert cost.current.step_s == pytest.approx(0.010)
+    assert cost.current.row_s == pytest.approx(0.001)
+    assert cost.node_cost(1) == pytest.approx(0.1)
+
+
 def test_nonsense_observations_are_ignored() -> None:
     cost = OnlineVerifyCost(PRIOR)
     cost.observe(0, 0.05)
