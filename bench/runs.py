@@ -31,7 +31,15 @@ from treespec.verifier.engine import Engine, GenerationResult
 from treespec.verifier.request import GenerationRequest, RequestOutput, SamplingParams, SpeculationParams
 from treespec.verifier.verify_cost import VerifyCost
 
-WARM_UP_TEXT = "Hello!"
+# Long enough that its prefill takes the prefill attention kernel (more rows than the row kernel's
+# MAX_ROWS): the kernel's one-time build and speed check then fall in the warm-up, not in the first
+# timed prompt (they once cost plain decoding's first prompt about 80 ms, which no other method paid).
+WARM_UP_TEXT = (
+    "Hello! I am planning a small garden behind my house this spring. The plot gets sun in the morning"
+    " and shade after noon, and the soil is heavy clay that stays wet for days after rain. I would like"
+    " to grow a few vegetables and some flowers for the bees. Which plants would you suggest, and how"
+    " should I prepare the soil before planting?"
+)
 WARM_UP_TOKENS = 8
 KV_MARGIN = 256  # KV slots beyond the longest prompt, its new tokens and a tree (the warm-up's too)
 
