@@ -5,14 +5,15 @@ The n-gram engine drafts with SGLang's default n-gram budget (from the n-gram op
 `generate(..., prompt_lookup_num_tokens=10)` in fp32. The n-gram output must equal the plain output
 (near-tie rule). The n-gram memory is the drafter's in-process one unless --redis-url names a Redis;
 a Redis memory outlives the run, so a repeated run starts warm (give it another `--option tenant=...`
-for a cold one).
+for a cold one). Beside the three, the copy ceiling (bench/copy_ceiling.py) replays plain decoding's
+output with a perfect copying drafter: how far drafting from the request's own history could go.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -20,6 +21,7 @@ import torch
 import transformers
 
 from treespec.bench import runs
+from treespec.bench.copy_ceiling import copy_ceiling
 from treespec.bench.greedy_match import hf_next_logits
 from treespec.bench.prompts import BenchPrompt, chat_prompt_ids, load_prompts
 from treespec.bench.throughput import Tally, Throughput
@@ -35,6 +37,7 @@ from treespec.verifier.request import SpeculationParams
 DRAFTER = "ngram"
 PLD_TOKENS = 10  # HF's prompt_lookup_num_tokens
 METHODS = ("plain", "ngram", "hf_pld")
+CEILING = "copy_ceiling"  # not run: plain decoding's output replayed by a perfect copying drafter
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,12 @@ def bench_ngram(args: NgramBenchArgs) -> dict[str, Any]:
         )
         for i, prompt in enumerate(prompts):
             ids = chat_prompt_ids(r.tokenizer, prompt.text)
+            before = replace(tally.overall["plain"])
             plain = runs.time_engine(r.plain, f"plain-{i}", ids, n, tally, "plain", prompt.category, None)
+            spent = tally.overall["plain"].since(before)
+            _add_ceiling(
+                tally, prompt.category, ids, plain.token_ids, spent, args.config, r.speculation, r.node_cost
+            )
             ngram = runs.time_engine(
                 r.ngram, f"ngram-{i}", ids, n, tally, "ngram", prompt.category, r.speculation
             )
@@ -101,6 +109,35 @@ def bench_ngram(args: NgramBenchArgs) -> dict[str, Any]:
     finally:
         r.drafter.shutdown()
     return _payload(args, prompts, tally, greedy, r.speculation, r.node_cost)
+
+
+def _add_ceiling(
+    tally: Throughput,
+    category: str,
+    ids: Sequence[int],
+    tokens: Sequence[int],
+    plain: Tally,
+    config: NgramConfig,
+    spec: SpeculationParams,
+    cost: runs.NodeCost,
+) -> None:
+    """The copy ceiling of plain decoding's output (bench/copy_ceiling.py, with the drafter's match
+    window and chain length), timed as plain decoding's prefill (`plain`: that output's tally) and, for
+    its steps, plain decoding's step plus the run's node and tree costs."""
+    depth = min(config.branch_length, spec.num_steps)
+    ceiling = copy_ceiling(ids, tokens, config.min_match_window_size, depth)
+    step_s = (plain.seconds - plain.first_token_seconds) / (len(tokens) - 1) if len(tokens) > 1 else 0.0
+    seconds = plain.first_token_seconds + step_s * ceiling.decode_steps(cost.value, cost.tree)
+    tally.add(
+        CEILING,
+        category,
+        len(tokens),
+        seconds,
+        ceiling.steps,
+        ceiling.committed,
+        0.0,
+        plain.first_token_seconds,
+    )
 
 
 def _load(args: NgramBenchArgs) -> _Runners:
@@ -131,7 +168,7 @@ def _load(args: NgramBenchArgs) -> _Runners:
 
 
 def _figures(tallies: Mapping[str, Tally]) -> dict[str, float]:
-    plain, ngram, pld = (tallies[m] for m in METHODS)
+    plain, ngram, pld, ceiling = (tallies[m] for m in (*METHODS, CEILING))
     return {
         "plain_tps": plain.tps,
         "ngram_tps": ngram.tps,
@@ -141,6 +178,11 @@ def _figures(tallies: Mapping[str, Tally]) -> dict[str, float]:
         # Plain decoding's time until the first token (the prefill), which drafting cannot shorten.
         "plain_first_token_share": plain.first_token_share,
         **runs.drafting_figures("ngram", ngram),
+        # A perfect copying drafter: the acceptance it reaches from the request's own history and how
+        # fast it would decode at this run's step time and node cost (bench/copy_ceiling.py).
+        "copy_ceiling_accept_len": ceiling.accept_len,
+        "copy_ceiling_tps": ceiling.tps,
+        "copy_ceiling_vs_plain": runs.ratio(ceiling.tps, plain.tps),
     }
 
 
@@ -157,7 +199,7 @@ def _payload(
         **_figures(t.overall),
         "ngram_vs_hf_pld": runs.ratio(ngram.tps, pld.tps),
         **greedy.figures(),
-        "per_category": runs.per_category(prompts, t, METHODS, _figures),
+        "per_category": runs.per_category(prompts, t, (*METHODS, CEILING), _figures),
         "setup": runs.setup(
             args,
             len(prompts),
@@ -193,6 +235,8 @@ def render(p: dict[str, Any]) -> str:
             "ngram/plain",
             "ngram accept",
             "plain 1st token share",
+            "copy ceiling accept",
+            "copy ceiling/plain",
         ],
         [
             "plain_tps",
@@ -201,8 +245,13 @@ def render(p: dict[str, Any]) -> str:
             "ngram_vs_plain",
             "ngram_accept_len",
             "plain_first_token_share",
+            "copy_ceiling_accept_len",
+            "copy_ceiling_vs_plain",
         ],
         f"ngram / plain: {p['ngram_vs_plain']:.2f}x   ngram / hf_pld: {p['ngram_vs_hf_pld']:.2f}x\n"
-        + runs.drafting_line(p, ["ngram"]),
+        + runs.drafting_line(p, ["ngram"])
+        + "\ncopy ceiling (plain's output replayed by a drafter that copies the right continuation from"
+        + " the request's own history, timed at plain's steps and the node cost): acceptance"
+        + f" {p['copy_ceiling_accept_len']:.2f}, {p['copy_ceiling_vs_plain']:.2f}x plain",
         "ngram greedy output equals plain's",
     )

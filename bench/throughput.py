@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 
 @dataclass
@@ -52,6 +52,10 @@ class Tally:
         self.committed += committed
         self.draft_seconds += draft_seconds
         self.first_token_seconds += first_token_seconds
+
+    def since(self, earlier: Tally) -> Tally:
+        """What was added after `earlier`, a copy of this tally taken before."""
+        return Tally(*(getattr(self, f.name) - getattr(earlier, f.name) for f in fields(self)))
 
 
 @dataclass

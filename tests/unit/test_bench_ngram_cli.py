@@ -1,18 +1,22 @@
-"""`treespec bench ngram`: flags to NgramBenchArgs, figures to the JSON keys (no benchmark runs)."""
+"""`treespec bench ngram`: flags to NgramBenchArgs, figures to the JSON keys, and a real run on the
+bundled model."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from treespec.bench.ngram_bench import NgramBenchArgs, _payload, render, speculation
+from tests.unit.bench_prompts import write_prompts
+from treespec.bench.ngram_bench import CEILING, NgramBenchArgs, _add_ceiling, _payload, render, speculation
 from treespec.bench.prompts import BenchPrompt
 from treespec.bench.runs import GreedyCheck, NodeCost
-from treespec.bench.throughput import Throughput
+from treespec.bench.throughput import Tally, Throughput
 from treespec.drafter.ngram.config import NgramConfig
 from treespec.shared.cli.main import build_parser, main
+from treespec.shared.model.store import models_dir, resolve_model_path
 from treespec.verifier.request import SpeculationParams
 
 
@@ -67,6 +71,7 @@ def test_payload_has_the_issue_keys(bench_defaults: tuple[Path, Path]) -> None:
     for method, seconds, steps in (("plain", 2.0, 0), ("ngram", 1.0, 4), ("hf_pld", 1.6, 0)):
         draft_s = 0.1 if steps else 0.0
         tally.add(method, "coding", 8, seconds, steps, 8 if steps else 0, draft_s, first_token_seconds=0.5)
+    tally.add(CEILING, "coding", 8, 0.8, 2, 7, 0.0, first_token_seconds=0.5)
     prompts = [BenchPrompt(1, "coding", "hi")]
     greedy = GreedyCheck(lambda ids: torch.zeros(4))
     p = _payload(args, prompts, tally, greedy, speculation(args.config), NodeCost(0.0))
@@ -83,3 +88,54 @@ def test_payload_has_the_issue_keys(bench_defaults: tuple[Path, Path]) -> None:
     assert p["plain_first_token_share"] == 0.25 == p["per_category"]["coding"]["plain_first_token_share"]
     assert "ngram / plain: 2.00x   ngram / hf_pld: 1.60x" in render(p)
     assert "drafting: ngram 25.00 ms/step (10% of its time)" in render(p)
+    # The copy ceiling: 7 tokens after the first in 2 steps; 10 tokens/s against plain decoding's 4.
+    assert p["copy_ceiling_accept_len"] == 3.5 and p["copy_ceiling_tps"] == 10.0
+    assert p["copy_ceiling_vs_plain"] == 2.5 == p["per_category"]["coding"]["copy_ceiling_vs_plain"]
+    assert "acceptance 3.50, 2.50x plain" in render(p)
+
+
+def test_the_copy_ceiling_is_timed_at_plain_decoding_s_steps() -> None:
+    """Plain decoding's prefill, then its step for each of the ceiling's steps plus the node costs."""
+    tally = Throughput()
+    # 6 tokens in 1.5 s, 0.5 s of them until the first: 5 steps of 0.2 s.
+    plain = Tally(tokens=6, seconds=1.5, first_token_seconds=0.5)
+    # After the first token (1), the prompt's 2 3 4 follow 1: drafted in one step, 9 committed after
+    # them; 8 never occurred: a step of its own.
+    cost = NodeCost(0.25, tree=0.5)
+    _add_ceiling(
+        tally, "qa", [1, 2, 3, 4], [1, 2, 3, 4, 9, 8], plain, NgramConfig(), speculation(NgramConfig()), cost
+    )
+    ceiling = tally.by_category[CEILING]["qa"]
+    assert (ceiling.tokens, ceiling.verify_steps, ceiling.committed) == (6, 2, 5)
+    # 2 steps + 3 nodes at 0.25 + 1 tree at 0.5 = 3.25 steps of 0.2 s, after the 0.5 s prefill.
+    assert ceiling.seconds == pytest.approx(0.5 + 3.25 * 0.2)
+    assert ceiling.first_token_seconds == 0.5
+
+
+def test_a_real_run_writes_the_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    text = "The old lighthouse keeper climbed the spiral stairs every evening to light the great lamp."
+    rows = [
+        (1, "summarization", f"Repeat this sentence word for word: {text}"),
+        (2, "qa", "Name three colours."),
+    ]
+    prompts = write_prompts(tmp_path / "prompts.jsonl", rows)
+    out = tmp_path / "out.json"
+    model = str(resolve_model_path(None, models_dir()))
+    argv = ["--model", model, "--prompts", str(prompts), "--max-new-tokens", "24", "--threads", "2"]
+    assert main(["bench", "ngram", *argv, "--json", str(out)]) == 0
+    p = json.loads(out.read_text())
+    keys = {"plain_tps", "ngram_tps", "hf_pld_tps", "ngram_accept_len", "copy_ceiling_tps"}
+    assert keys | {"per_category", "identical", "setup", "copy_ceiling_accept_len"} <= set(p)
+    assert set(p["per_category"]) == {"summarization", "qa"}
+    assert all(p[k] > 0 for k in keys) and p["identical"], p["mismatches"]
+    # The repeated sentence is there to copy: the drafter and the ceiling both find it, and the
+    # ceiling is a ceiling.
+    repeat = p["per_category"]["summarization"]
+    assert (
+        repeat["ngram_accept_len"] > 2.0 and repeat["copy_ceiling_accept_len"] >= repeat["ngram_accept_len"]
+    )
+    assert p["copy_ceiling_vs_plain"] > 1.0
+    assert "copy ceiling (plain's output replayed" in capsys.readouterr().out

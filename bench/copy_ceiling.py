@@ -1,0 +1,88 @@
+"""The copy ceiling: what an n-gram drafter could at best accept from a request's own history.
+
+An n-gram drafter proposes what followed earlier occurrences of the request's latest tokens. Replay the
+target's greedy output step by step with a drafter that knows the future: at each step it looks at
+every earlier place in the history (prompt and output so far) that follows the same last
+`min_window` tokens, picks the one whose continuation the target then agrees with furthest (at most
+`depth` tokens), and drafts exactly the agreeing part, so that every drafted node is accepted. Any
+tree built from such continuations accepts no more: a tree's accepted path is a prefix of one of its
+continuations. So the ceiling tells how much of an output a copying drafter can reach at all, apart
+from what a memory shared with other requests adds, and, timed at plain decoding's step and the
+verifier's node cost, how fast such a perfect drafter would decode (bench/ngram_bench.py).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CopyCeiling:
+    """The replay of one output after its first token (which the prefill gives)."""
+
+    steps: int  # verify steps
+    drafted: int  # nodes drafted, every one accepted
+    trees: int  # steps that drafted at all
+
+    @property
+    def committed(self) -> int:
+        return self.steps + self.drafted
+
+    def decode_steps(self, node_cost: float, tree_cost: float = 0.0) -> float:
+        """Its decoding time in plain decoding steps: each step, plus its nodes' and tree's costs."""
+        return self.steps + self.drafted * node_cost + self.trees * tree_cost
+
+
+@dataclass
+class _History:
+    """Tokens so far and, for every n-gram of `window` tokens, the positions right after it."""
+
+    window: int
+    tokens: list[int]
+    after: dict[tuple[int, ...], list[int]]
+
+    @classmethod
+    def of(cls, tokens: Sequence[int], window: int) -> _History:
+        history = cls(window, [], defaultdict(list))
+        history.extend(tokens)
+        return history
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        for token in tokens:
+            self.tokens.append(int(token))
+            end = len(self.tokens)
+            if end >= self.window:
+                self.after[tuple(self.tokens[end - self.window :])].append(end)
+
+    def starts(self) -> list[int]:
+        """Where continuations of the current last `window` tokens start (the suffix itself excluded)."""
+        end = len(self.tokens)
+        return [s for s in self.after.get(tuple(self.tokens[end - self.window :]), ()) if s < end]
+
+    def agreement(self, start: int, wanted: Sequence[int]) -> int:
+        """How many of `wanted` the history repeats from `start` on."""
+        n = 0
+        while n < len(wanted) and start + n < len(self.tokens) and self.tokens[start + n] == wanted[n]:
+            n += 1
+        return n
+
+
+def copy_ceiling(prompt: Sequence[int], output: Sequence[int], min_window: int, depth: int) -> CopyCeiling:
+    """Replays `output` after `prompt` with the perfect copying drafter (module docstring): matches of
+    at least `min_window` tokens, chains of at most `depth` nodes."""
+    if min_window < 1 or depth < 0:
+        raise ValueError("need min_window >= 1 and depth >= 0")
+    if not output:
+        return CopyCeiling(0, 0, 0)
+    history = _History.of([*prompt, output[0]], min_window)
+    position, steps, drafted, trees = 1, 0, 0, 0
+    while position < len(output):
+        room = min(depth, len(output) - position - 1)  # every step commits one token of its own
+        wanted = output[position : position + room]
+        best = max((history.agreement(s, wanted) for s in history.starts()), default=0)
+        history.extend(output[position : position + best + 1])
+        position += best + 1
+        steps, drafted, trees = steps + 1, drafted + best, trees + (best > 0)
+    return CopyCeiling(steps, drafted, trees)
