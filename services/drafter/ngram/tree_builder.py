@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -35,16 +35,48 @@ class TreeShape:
 
 @dataclass(slots=True)
 class _TrieNode:
+    """A node of the candidates' trie: the candidates through it, their total weight, the strongest
+    kind of match among them. Its children are grouped on first use: a selection expands only the few
+    nodes it picks, where merging every token of every candidate (up to 16 local matches and a dozen
+    memory windows, each up to the depth) cost most of a drafting step."""
+
     token: int
+    depth: int  # of this node below the root: its children take the candidates' token at this offset
+    max_depth: int
+    members: list[tuple[Candidate, tuple[int, int]]]  # (candidate, its strength), in candidate order
     weight: float = 0.0
     bucket: int = 0  # the strongest kind of match through this node
     strength: tuple[int, int] = (0, 0)  # its rank (_bucket_strength)
-    children: dict[int, _TrieNode] = field(default_factory=dict)
+    _children: dict[int, _TrieNode] | None = None
+
+    @property
+    def children(self) -> dict[int, _TrieNode]:
+        """Token -> child, in the order of the first candidate through each; weights summed and the
+        strongest bucket kept in candidate order (a later candidate replaces it only if stronger)."""
+        if self._children is None:
+            self._children = {}
+            if self.depth < self.max_depth:
+                for candidate, strength in self.members:
+                    if len(candidate.tokens) > self.depth:
+                        self._add(self._children, candidate, strength)
+        return self._children
+
+    def _add(self, children: dict[int, _TrieNode], candidate: Candidate, strength: tuple[int, int]) -> None:
+        token = candidate.tokens[self.depth]
+        child = children.get(token)
+        if child is None:
+            child = _TrieNode(token, self.depth + 1, self.max_depth, [], 0.0, candidate.bucket, strength)
+            children[token] = child
+        elif strength > child.strength:
+            child.bucket, child.strength = candidate.bucket, strength
+        child.weight += candidate.weight
+        child.members.append((candidate, strength))
 
     def ranked_children(self) -> list[tuple[_TrieNode, float]]:
         """The children, heaviest first, each with its share of the candidate weight through them."""
-        total = sum(c.weight for c in self.children.values())
-        ranked = sorted(self.children.values(), key=lambda c: -c.weight)
+        children = self.children.values()
+        total = sum(c.weight for c in children)
+        ranked = sorted(children, key=lambda c: -c.weight)
         return [(c, c.weight / total if total > 0 else 1.0) for c in ranked]
 
 
@@ -80,21 +112,10 @@ def build_tree(
 
 
 def _trie(root_token: int, candidates: Sequence[Candidate], max_depth: int) -> _TrieNode:
-    """The candidates merged; each node's bucket the strongest among the candidates through it (a
-    candidate's strength is ranked once: this runs for every token of every candidate, every step)."""
-    root = _TrieNode(root_token)
-    for candidate in candidates:
-        strength = _bucket_strength(candidate.bucket)
-        node = root
-        for token in candidate.tokens[:max_depth]:
-            child = node.children.get(token)
-            if child is None:
-                child = node.children[token] = _TrieNode(token, bucket=candidate.bucket, strength=strength)
-            elif strength > child.strength:
-                child.bucket, child.strength = candidate.bucket, strength
-            child.weight += candidate.weight
-            node = child
-    return root
+    """The candidates' trie, its levels merged as they are walked (_TrieNode.children); a candidate's
+    strength is ranked once."""
+    members = [(c, _bucket_strength(c.bucket)) for c in candidates]
+    return _TrieNode(root_token, 0, max_depth, members)
 
 
 def _bucket_strength(bucket: int) -> tuple[int, int]:

@@ -10,7 +10,15 @@ import pytest
 from treespec.drafter.ngram.calibration import AcceptanceModel, NodeKind, node_kind
 from treespec.drafter.ngram.candidates import Candidate, local_bucket, memory_bucket
 from treespec.drafter.ngram.outcomes import tree_outcomes
-from treespec.drafter.ngram.tree_builder import DraftedTree, TreeShape, build_tree
+from treespec.drafter.ngram.tree_builder import (
+    DraftedTree,
+    TreeShape,
+    _select_bfs,
+    _select_prob,
+    _trie,
+    _TrieNode,
+    build_tree,
+)
 from treespec.kernels.tree_mask import validate_tree
 from treespec.shared.drafting.token_tree import TreeBudget
 
@@ -205,3 +213,27 @@ def test_an_unlikely_tree_that_does_not_pay_for_verifying_at_all_is_not_drafted(
     # path probabilities .2 and .04 at no cost per node: worth a tree only while 1.24 > 1 + tree cost
     assert build_tree(0, candidates, TreeBudget(8, 5, 4, tree_cost=0.2), shape(), always(0.2)) is not None
     assert build_tree(0, candidates, TreeBudget(8, 5, 4, tree_cost=0.25), shape(), always(0.2)) is None
+
+
+@pytest.mark.parametrize("match_type", ["BFS", "PROB"])
+def test_only_the_nodes_a_selection_walks_are_merged(match_type: str) -> None:
+    """The trie merges a node's children when the selection looks at them, not every token of every
+    candidate up front (that was most of a drafting step): a 2-node budget over 16 long candidates
+    groups the root's children and those of the nodes it picked, and nothing deeper."""
+    rng = random.Random(3)
+    candidates = [Candidate(tuple(rng.randrange(4) for _ in range(11)), 1.0 + i, 1) for i in range(16)]
+    trie = _trie(0, candidates, 11)
+    drafted = _select_bfs if match_type == "BFS" else _select_prob
+    picked = drafted(trie, TreeBudget(3, 11, 4), shape(match_type), always(0.9))
+    assert len(picked.tokens) == 3
+    merged = _merged_depths(trie)
+    assert max(merged) <= 2 and merged.count(0) == 1  # the root, and at most the picked nodes below it
+    # The merged levels hold what an eager merge holds there: every candidate through the root.
+    assert sum(c.weight for c in trie.children.values()) == pytest.approx(sum(c.weight for c in candidates))
+
+
+def _merged_depths(node: _TrieNode) -> list[int]:
+    """The depths of the nodes whose children were grouped."""
+    if node._children is None:
+        return []
+    return [node.depth] + [d for child in node._children.values() for d in _merged_depths(child)]
