@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import torch
@@ -100,7 +100,7 @@ def build_tree(
         return None
     trie = _trie(root_token, candidates, max_depth)
     select = _select_bfs if shape.match_type.upper() == "BFS" else _select_prob
-    picked = _worth_verifying(select(trie, budget, shape, estimate), budget)
+    picked = _worth_verifying(select(trie, budget, _paying(shape, budget), estimate), budget)
     if len(picked.tokens) < 2:
         return None
     tree = TokenTree(
@@ -109,6 +109,17 @@ def build_tree(
         path_probs=torch.tensor(picked.probs, dtype=torch.float32),
     )
     return DraftedTree(tree, picked.kinds)
+
+
+def _paying(shape: TreeShape, budget: TreeBudget) -> TreeShape:
+    """The shape that also stops at nodes less likely than the node cost: no such node is worth its
+    verify row (tree_value.py: the last node kept has a path probability of at least the node cost,
+    since the rate it ends at, at least 1, lies between the rate before it and its probability over
+    the node cost), so picking one, and walking its children, would only take a place in the budget
+    that a node worth verifying could have."""
+    if budget.node_cost <= shape.min_path_prob:
+        return shape
+    return replace(shape, min_path_prob=budget.node_cost)
 
 
 def _trie(root_token: int, candidates: Sequence[Candidate], max_depth: int) -> _TrieNode:

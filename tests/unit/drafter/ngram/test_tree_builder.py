@@ -208,6 +208,21 @@ def test_nodes_that_do_not_pay_for_their_verify_rows_are_left_out() -> None:
     assert build_tree(0, candidates, TreeBudget(8, 5, 4, node_cost=2.0), shape(), estimate) is None
 
 
+@pytest.mark.parametrize("match_type", ["BFS", "PROB"])
+def test_a_node_less_likely_than_its_cost_takes_no_place_in_the_budget(match_type: str) -> None:
+    def estimate(kind: NodeKind) -> float:
+        return {0: 0.9, 1: 0.1}.get(kind[2], 0.05)  # by sibling rank
+
+    candidates = [Candidate((1, 2, 3), 5.0, 1), Candidate((4, 5), 1.0, 1)]
+    # Two nodes of budget. Free rows: 1 (.9) and 4 (.1) at level 1 (BFS), or 1 and 2 (.81) (PROB).
+    free = build_tree(0, candidates, TreeBudget(3, 5, 4), shape(match_type), estimate)
+    assert edges(free) == ([(-1, 0), (0, 1), (0, 4)] if match_type == "BFS" else [(-1, 0), (0, 1), (1, 2)])
+    # At 0.2 a row the .1 node is never worth verifying (no node below the node cost is), so it no
+    # longer takes the second place, which goes to 2 (.81): the tree once kept only 1.
+    costly = build_tree(0, candidates, TreeBudget(3, 5, 4, node_cost=0.2), shape(match_type), estimate)
+    assert edges(costly) == [(-1, 0), (0, 1), (1, 2)]
+
+
 def test_an_unlikely_tree_that_does_not_pay_for_verifying_at_all_is_not_drafted() -> None:
     candidates = [Candidate((1, 2), 1.0, 1)]
     # path probabilities .2 and .04 at no cost per node: worth a tree only while 1.24 > 1 + tree cost
