@@ -125,6 +125,8 @@ def test_a_real_run_writes_the_json(
     out = tmp_path / "out.json"
     model = str(resolve_model_path(None, models_dir()))
     argv = ["--model", model, "--prompts", str(prompts), "--max-new-tokens", "24", "--threads", "2"]
+    # A fixed node cost: one measured on a busy machine can leave nothing worth drafting.
+    argv += ["--speculative-node-cost", "0.05"]
     assert main(["bench", "ngram", *argv, "--json", str(out)]) == 0
     p = json.loads(out.read_text())
     keys = {"plain_tps", "ngram_tps", "hf_pld_tps", "ngram_accept_len", "copy_ceiling_tps"}
@@ -138,4 +140,5 @@ def test_a_real_run_writes_the_json(
         repeat["ngram_accept_len"] > 2.0 and repeat["copy_ceiling_accept_len"] >= repeat["ngram_accept_len"]
     )
     assert p["copy_ceiling_vs_plain"] > 1.0
+    assert p["setup"]["verify_cost"] == {"node_cost": 0.05, "tree_cost": 0.0, "measured": False}
     assert "copy ceiling (plain's output replayed" in capsys.readouterr().out
