@@ -6,11 +6,12 @@ weights as they load (`panels-f32`), with the library layouts (oneDNN's packing,
 weights for the row counts where the load-time probe found them faster: the default where the kernel
 does not build), and dense only (torch.mm). The panel model is timed a second time with torch's SDPA
 attending the rows instead of the own row attention kernel (kernels/tree_attention.py), which every
-other variant uses. Each forward is a verify step's:
-`rows` new tokens (a chain) after `context` cached ones, logits for every row. The variants take turns
-within each repeat, so that a change in the machine's load hits all of them; the median counts. The
-cost of a row beyond the first, as a share of the one-row forward, is what a draft node costs to
-verify (TreeBudget.node_cost).
+other variant uses, and a third time with the Python loop over its layers (`panels-loop`) instead of
+the one C++ call that runs them where the model and the step allow it (shared/model/layer_run.py).
+Each forward is a verify step's: `rows` new tokens (a chain) after `context` cached ones, logits for
+every row. The variants take turns within each repeat, so that a change in the machine's load hits
+all of them; the median counts. The cost of a row beyond the first, as a share of the one-row
+forward, is what a draft node costs to verify (TreeBudget.node_cost).
 """
 
 from __future__ import annotations
@@ -39,13 +40,15 @@ LAYOUTS = {
     "library": LoadOptions(panel_weights=False),
     "dense": LoadOptions(pack_weights=False),
 }
-# Each timed variant: (weight layout, the own row attention kernel or SDPA for the forward's rows).
+# Each timed variant: (weight layout, the own row attention kernel or SDPA for the forward's rows, the
+# layers in one C++ call where they allow it or the Python loop: shared/model/layer_run.py).
 VARIANTS = {
-    "panels": ("panels", True),
-    "panels-f32": ("panels-f32", True),
-    "sdpa": ("panels", False),
-    "library": ("library", True),
-    "dense": ("dense", True),
+    "panels": ("panels", True, True),
+    "panels-loop": ("panels", True, False),
+    "panels-f32": ("panels-f32", True, True),
+    "sdpa": ("panels", False, True),
+    "library": ("library", True, True),
+    "dense": ("dense", True, True),
 }
 BLOCK = 16
 
@@ -83,15 +86,17 @@ def run(ns: argparse.Namespace) -> int:
 
 def bench_layout(args: LayoutBenchArgs) -> dict[str, Any]:
     models = {name: load_model(args.model, options) for name, options in LAYOUTS.items()}
-    kinds = {name: _layout_kind(models[layout]) for name, (layout, _) in VARIANTS.items()}
+    kinds = {name: _layout_kind(models[layout]) for name, (layout, _, _) in VARIANTS.items()}
     caches = {name: _cache(model, args.context + max(args.rows)) for name, model in models.items()}
     window = next(iter(models.values())).config.sliding_window
-    backends = {name: TorchAttentionBackend(window, row_kernel) for name, (_, row_kernel) in VARIANTS.items()}
+    backends = {name: TorchAttentionBackend(window, variant[1]) for name, variant in VARIANTS.items()}
     times: dict[str, dict[int, list[float]]] = {name: {r: [] for r in args.rows} for name in VARIANTS}
     for repeat in range(args.repeats + 1):
         for rows in args.rows:
-            for name, (layout, _) in VARIANTS.items():
+            for name, (layout, _, fused) in VARIANTS.items():
+                models[layout].fused_layers = fused
                 t = time_forward(models[layout], backends[name], caches[layout], args.context, rows)
+                models[layout].fused_layers = True
                 if repeat > 0:  # the first round warms up
                     times[name][rows].append(t)
     ms = {
@@ -151,6 +156,7 @@ def render(p: dict[str, Any]) -> str:
             format_table(header, body),
             "",
             f"a forward of N rows after {p['setup']['context']} cached tokens; layer weights as {layouts};"
-            " attention of the rows by the own row kernel, except sdpa: torch's SDPA",
+            " attention of the rows by the own row kernel, except sdpa: torch's SDPA; the layers in one"
+            " C++ call where they allow it, except panels-loop: the Python loop over them",
         ]
     )

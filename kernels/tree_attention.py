@@ -81,12 +81,24 @@ class TreeAttention:
 
     def fits(self, q: torch.Tensor, k_flat: torch.Tensor, plan: RowAttentionPlan) -> bool:
         """Whether the kernel takes these shapes and dtypes (else SDPA)."""
-        heads, head_dim = q.shape[1], q.shape[2]
-        kv_heads = k_flat.shape[1]
+        heads, kv_heads, head_dim = q.shape[1], k_flat.shape[1], q.shape[2]
+        return self.fits_shapes(q.dtype, k_flat.dtype, q.device, heads, kv_heads, head_dim, plan)
+
+    @staticmethod
+    def fits_shapes(
+        q_dtype: torch.dtype,
+        kv_dtype: torch.dtype,
+        device: torch.device,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        plan: RowAttentionPlan,
+    ) -> bool:
+        """`fits` for queries and keys of these dtypes and shapes."""
         return (
-            q.dtype == torch.float32
-            and k_flat.dtype == torch.float32
-            and q.device.type == "cpu"
+            q_dtype == torch.float32
+            and kv_dtype == torch.float32
+            and device.type == "cpu"
             and head_dim in HEAD_DIMS
             and heads % kv_heads == 0
             and plan.max_new * (heads // kv_heads) <= MAX_QUERIES

@@ -1,11 +1,12 @@
 // The CPU kernels' entry points (panel_gemm.cpp, tree_attention.cpp, prefill_attention.cpp,
-// row_ops.cpp), bound for Python in bindings.cpp: one extension of all of them, its sources compiled
+// row_ops.cpp, decode_layers.cpp), bound for Python in bindings.cpp: one extension of all of them, its sources compiled
 // side by side. The kernels include ATen's headers only; torch's Python bindings are compiled once, in
 // bindings.cpp.
 #pragma once
 #include <ATen/core/Tensor.h>
 
 #include <optional>
+#include <vector>
 
 namespace treespec {
 
@@ -36,5 +37,16 @@ at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& si
 
 // gate_up [T, 2I] float32 -> silu(gate_up[:, :I]) * gate_up[:, I:] [T, I].
 at::Tensor silu_mul(const at::Tensor& gate_up);
+
+// Layers [first, last) of a decode or verify step (decode_layers.cpp): h [T, H] float32; per layer 10
+// tensors (input norm, post-attention norm, then panels and scales of the q/k/v, output, gate/up and
+// down products; an empty tensor where a product has no scales) and 4 forms (0: panels, 1: int8
+// panels with column scales, 2: block values); cos, sin [T, D]; the K and V pools [L, blocks, block
+// size, kv heads, D]; the new tokens' slots [T]; the row attention kernel's sequences, slots, masks.
+at::Tensor decode_layers(const at::Tensor& h_in, int64_t first, int64_t last, const std::vector<at::Tensor>& tensors,
+                         const std::vector<int64_t>& forms, const at::Tensor& cos, const at::Tensor& sin,
+                         const at::Tensor& k_pool, const at::Tensor& v_pool, const at::Tensor& write_slots,
+                         const at::Tensor& sequences, const at::Tensor& slots, const at::Tensor& masks,
+                         int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, double eps, double scale);
 
 }  // namespace treespec

@@ -11,6 +11,7 @@ from treespec.kernels.row_ops import apply_rope, rms_norm, silu_mul
 from treespec.shared.model.attention.backend import AttentionBackend
 from treespec.shared.model.config import ModelConfig
 from treespec.shared.model.kv_cache import KVCache
+from treespec.shared.model.layer_run import LayerRun, StepRows
 from treespec.shared.model.linear import linear
 from treespec.shared.model.rope import RopeTables
 from treespec.shared.model.weights import AttentionWeights, MlpWeights, ModelWeights
@@ -36,6 +37,10 @@ class CausalLM:
         self.config = config
         self.weights = weights
         self.rope = rope
+        # Run a decode or verify step's layers in one call to the own kernels where they allow it
+        # (layer_run.py: the same results); False keeps the Python loop.
+        self.fused_layers = True
+        self._run: LayerRun | None = None
 
     @property
     def device(self) -> torch.device:
@@ -59,14 +64,24 @@ class CausalLM:
         cos, sin = self.rope.lookup(positions, self.dtype)
         h = self.weights.embed_tokens(input_ids)
         aux: list[torch.Tensor] = []
-        for i, layer in enumerate(self.weights.layers):
+        layers = self.weights.layers
+        run = self._layer_run(backend, plan, cache, h, cos, sin)
+        start = 0  # layers before it are done
+        for i, layer in enumerate(layers):
             if capture is not None and i in capture.aux_layers:
+                if run is not None:
+                    h = self._run_layers(run, h, range(start, i), cache)
+                    start = i
                 aux.append(h[capture.rows])
+            if run is not None:
+                continue
             attn_out = self._attention(
                 layer.attn, self._norm(h, layer.input_norm), cos, sin, i, backend, plan, cache
             )
             h = h + attn_out
             h = h + self._mlp(layer.mlp, self._norm(h, layer.post_attention_norm))
+        if run is not None:
+            h = self._run_layers(run, h, range(start, len(layers)), cache)
         logits_rows_h = self._norm(h[logits_rows], self.weights.norm)
         logits = linear(logits_rows_h, self.weights.lm_head).float()
         hidden = aux_hidden = None
@@ -74,6 +89,37 @@ class CausalLM:
             hidden = self._norm(h[capture.rows], self.weights.norm)
             aux_hidden = torch.cat(aux, dim=-1) if aux else None
         return ForwardOutput(logits=logits, hidden=hidden, aux_hidden=aux_hidden)
+
+    def _layer_run(
+        self,
+        backend: AttentionBackend,
+        plan: Any,
+        cache: KVCache,
+        h: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+    ) -> tuple[LayerRun, StepRows] | None:
+        """The layers in one C++ call where this step and this model allow (layer_run.py)."""
+        if not self.fused_layers or h.dtype != torch.float32 or not h.is_cpu:
+            return None
+        rows = backend.row_kernel_plan(plan, h.dtype, cache, self.config.num_heads)
+        if rows is None:
+            return None
+        if self._run is None or not self._run.serves(self.weights):
+            self._run = LayerRun.of(self.config, self.weights)
+            if self._run is None:
+                self.fused_layers = False  # not this model's layers: never look again
+                return None
+        step = StepRows(cos.squeeze(1).contiguous(), sin.squeeze(1).contiguous(), plan.write_slots, rows)
+        return self._run, step
+
+    def _run_layers(
+        self, run: tuple[LayerRun, StepRows], h: torch.Tensor, layers: range, cache: KVCache
+    ) -> torch.Tensor:
+        if not layers:
+            return h
+        layer_run, step = run
+        return layer_run.run(h, layers, step, cache, self.config)
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, weight, self.config.rms_norm_eps)

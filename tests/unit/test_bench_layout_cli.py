@@ -18,7 +18,7 @@ def test_bench_layout_writes_its_figures(
     argv = ["bench", "layout", "--model", str(tiny_path), "--rows", "4,1,2", "--context", "20"]
     assert main([*argv, "--repeats", "1", "--threads", "1", "--json", str(out)]) == 0
     figures = json.loads(out.read_text())
-    assert set(figures["forward_ms"]) == {"panels", "panels-f32", "sdpa", "library", "dense"}
+    assert set(figures["forward_ms"]) == {"panels", "panels-loop", "panels-f32", "sdpa", "library", "dense"}
     for by_rows in figures["forward_ms"].values():
         assert set(by_rows) == {"1", "2", "4"} and all(ms > 0 for ms in by_rows.values())
     assert set(figures["row_cost"]["panels"]) == {"2", "4"}
@@ -29,6 +29,7 @@ def test_bench_layout_writes_its_figures(
     assert figures["setup"]["context"] == 20
     table = capsys.readouterr().out
     assert "panels ms" in table and "library/panels" in table and "sdpa/panels" in table
+    assert "panels-loop/panels" in table and "panels-loop: the Python loop" in table
 
 
 def test_bench_layout_refuses_bad_rows(tiny_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from treespec.kernels.tree_attention import RowAttentionPlan
 from treespec.shared.model.attention.layout import BatchLayout
 from treespec.shared.model.kv_cache import KVCache
 
@@ -32,3 +33,10 @@ class AttentionBackend(ABC):
         cache: KVCache,
     ) -> torch.Tensor:  # [T, num_heads * head_dim]
         ...
+
+    def row_kernel_plan(
+        self, plan: Any, dtype: torch.dtype, cache: KVCache, heads: int
+    ) -> RowAttentionPlan | None:
+        """The CPU row kernel's plan where every layer of this step would attend through it alone (then
+        the layers may run in one call: shared/model/layer_run.py); None by default."""
+        return None

@@ -113,6 +113,21 @@ class TorchAttentionBackend(AttentionBackend):
             return kernel.attend(q, k_flat, v_flat, group.rows)
         return _sdpa_group(group, q, k_flat, v_flat)
 
+    def row_kernel_plan(
+        self, plan: TorchAttentionPlan, dtype: torch.dtype, cache: KVCache, heads: int
+    ) -> RowAttentionPlan | None:
+        """The row kernel's plan where it attends the whole step, as `attend` would send it (one group,
+        not a prefill, the kernel built and taking these shapes); else None."""
+        if len(plan.groups) != 1:
+            return None
+        group = plan.groups[0]
+        device = plan.write_slots.device
+        if group.prefill is not None or group.rows is None or self._kernel(device) is None:
+            return None
+        kv_heads, head_dim = cache.k.shape[3], cache.k.shape[4]
+        fits = TreeAttention.fits_shapes(dtype, cache.k.dtype, device, heads, kv_heads, head_dim, group.rows)
+        return group.rows if fits else None
+
     def _kernel(self, device: torch.device) -> TreeAttention | None:
         return tree_attention() if self.row_kernel and device.type == "cpu" else None
 
