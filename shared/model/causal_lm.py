@@ -64,24 +64,17 @@ class CausalLM:
         cos, sin = self.rope.lookup(positions, self.dtype)
         h = self.weights.embed_tokens(input_ids)
         aux: list[torch.Tensor] = []
-        layers = self.weights.layers
         run = self._layer_run(backend, plan, cache, h, cos, sin)
-        start = 0  # layers before it are done
-        for i, layer in enumerate(layers):
+        if run is not None:
+            h = self._run_layers(run, h, cache, capture, aux)
+        for i, layer in enumerate(self.weights.layers if run is None else ()):
             if capture is not None and i in capture.aux_layers:
-                if run is not None:
-                    h = self._run_layers(run, h, range(start, i), cache)
-                    start = i
                 aux.append(h[capture.rows])
-            if run is not None:
-                continue
             attn_out = self._attention(
                 layer.attn, self._norm(h, layer.input_norm), cos, sin, i, backend, plan, cache
             )
             h = h + attn_out
             h = h + self._mlp(layer.mlp, self._norm(h, layer.post_attention_norm))
-        if run is not None:
-            h = self._run_layers(run, h, range(start, len(layers)), cache)
         logits_rows_h = self._norm(h[logits_rows], self.weights.norm)
         logits = linear(logits_rows_h, self.weights.lm_head).float()
         hidden = aux_hidden = None
@@ -114,12 +107,25 @@ class CausalLM:
         return self._run, step
 
     def _run_layers(
-        self, run: tuple[LayerRun, StepRows], h: torch.Tensor, layers: range, cache: KVCache
+        self,
+        run: tuple[LayerRun, StepRows],
+        h: torch.Tensor,
+        cache: KVCache,
+        capture: HiddenCapture | None,
+        aux: list[torch.Tensor],
     ) -> torch.Tensor:
-        if not layers:
-            return h
+        """Every layer in C++ calls, split where a layer's input is captured (appended to `aux` in layer
+        order, as the Python loop does)."""
         layer_run, step = run
-        return layer_run.run(h, layers, step, cache, self.config)
+        num_layers = len(self.weights.layers)
+        start = 0
+        cuts = sorted({i for i in capture.aux_layers if i < num_layers}) if capture is not None else []
+        for cut in cuts:
+            h = layer_run.run(h, range(start, cut), step, cache, self.config)
+            assert capture is not None
+            aux.append(h[capture.rows])
+            start = cut
+        return layer_run.run(h, range(start, num_layers), step, cache, self.config)
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, weight, self.config.rms_norm_eps)
