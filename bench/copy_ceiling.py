@@ -13,9 +13,11 @@ verifier's node cost, how fast such a perfect drafter would decode (bench/ngram_
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from treespec.drafter.ngram.history_index import RequestIndex
+from treespec.verifier.prediction import common_prefix
 
 
 @dataclass(frozen=True)
@@ -35,40 +37,6 @@ class CopyCeiling:
         return self.steps + self.drafted * node_cost + self.trees * tree_cost
 
 
-@dataclass
-class _History:
-    """Tokens so far and, for every n-gram of `window` tokens, the positions right after it."""
-
-    window: int
-    tokens: list[int]
-    after: dict[tuple[int, ...], list[int]]
-
-    @classmethod
-    def of(cls, tokens: Sequence[int], window: int) -> _History:
-        history = cls(window, [], defaultdict(list))
-        history.extend(tokens)
-        return history
-
-    def extend(self, tokens: Sequence[int]) -> None:
-        for token in tokens:
-            self.tokens.append(int(token))
-            end = len(self.tokens)
-            if end >= self.window:
-                self.after[tuple(self.tokens[end - self.window :])].append(end)
-
-    def starts(self) -> list[int]:
-        """Where continuations of the current last `window` tokens start (the suffix itself excluded)."""
-        end = len(self.tokens)
-        return [s for s in self.after.get(tuple(self.tokens[end - self.window :]), ()) if s < end]
-
-    def agreement(self, start: int, wanted: Sequence[int]) -> int:
-        """How many of `wanted` the history repeats from `start` on."""
-        n = 0
-        while n < len(wanted) and start + n < len(self.tokens) and self.tokens[start + n] == wanted[n]:
-            n += 1
-        return n
-
-
 def copy_ceiling(prompt: Sequence[int], output: Sequence[int], min_window: int, depth: int) -> CopyCeiling:
     """Replays `output` after `prompt` with the perfect copying drafter (module docstring): matches of
     at least `min_window` tokens, chains of at most `depth` nodes."""
@@ -76,12 +44,16 @@ def copy_ceiling(prompt: Sequence[int], output: Sequence[int], min_window: int, 
         raise ValueError("need min_window >= 1 and depth >= 0")
     if not output:
         return CopyCeiling(0, 0, 0)
-    history = _History.of([*prompt, output[0]], min_window)
+    # The drafter's own index, over the one window (longer matches are among its places) and keeping
+    # every earlier place of each n-gram.
+    history = RequestIndex(min_window, min_window, positions_per_ngram=len(prompt) + len(output))
+    history.extend([*prompt, output[0]])
     position, steps, drafted, trees = 1, 0, 0, 0
     while position < len(output):
         room = min(depth, len(output) - position - 1)  # every step commits one token of its own
         wanted = output[position : position + room]
-        best = max((history.agreement(s, wanted) for s in history.starts()), default=0)
+        matches = history.matches(room, limit=len(history.tokens))
+        best = max((common_prefix(m.continuation, wanted) for m in matches), default=0)
         history.extend(output[position : position + best + 1])
         position += best + 1
         steps, drafted, trees = steps + 1, drafted + best, trees + (best > 0)

@@ -89,7 +89,7 @@ class PredictedOutput:
     def _score(self, new: list[int]) -> None:
         accepted = len(new) - 1  # the last token is the target's own (bonus or correction)
         if self._chain:
-            kept = _common_prefix(self._chain, new[:accepted])
+            kept = common_prefix(self._chain, new[:accepted])
             self.chain_outcomes.accepted += kept
             self.chain_outcomes.rejected += kept < len(self._chain)
         elif self._tree_used:
@@ -167,7 +167,8 @@ def _backward_match(prediction: Sequence[int], q: int, output: Sequence[int]) ->
     return n
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens a and b share."""
     n = 0
     while n < len(a) and n < len(b) and a[n] == b[n]:
         n += 1
