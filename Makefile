@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 SERVE_ARGS ?=
 
-.PHONY: install default-model test lint serve clean
+.PHONY: install default-model test test-gpu lint serve clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,11 @@ lint: install
 # pytest exits 5 when it collected no test: any non-zero status fails the target.
 test: default-model lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# On a CUDA machine (install with TORCH_SPEC=torch): the tests marked gpu, which `make test` deselects.
+# tests/gpu/run.sh runs them with a machine's own torch, without this venv.
+test-gpu: default-model
+	$(BIN)/python -m pytest --run-gpu tests/gpu $(PYTEST_ARGS)
 
 # The all-in-one server on the bundled model: drafter + verifier + OpenAI gateway at http://127.0.0.1:8000/v1
 serve: default-model

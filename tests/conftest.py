@@ -68,6 +68,25 @@ def _redis_server() -> Generator[RedisServer, None, None]:
         server.stop()
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--run-gpu",
+        action="store_true",
+        help="run the tests marked gpu (tests/gpu; they fail where CUDA is missing); without it they are "
+        "deselected, since CI has no GPU (`make test-gpu` on a GPU machine)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The gpu tests run only with --run-gpu: deselected (listed as such), never skipped."""
+    if config.getoption("--run-gpu"):
+        return
+    gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if gpu:
+        config.hook.pytest_deselected(items=gpu)
+        items[:] = [item for item in items if item.get_closest_marker("gpu") is None]
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
