@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 from pathlib import Path
 
 from treespec.shared.cli.arg_types import non_negative_int, positive_float, positive_int
+from treespec.shared.cli.device import device_problem
 from treespec.shared.model.store import DEFAULT_MODELS_DIR, models_dir, resolve_model_path
 
 DEFAULT_WORK_DIR = Path("~/.cache/treespec/train-eagle")
@@ -85,6 +87,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument("--save-every", type=positive_int, default=50, help="checkpoint every N steps")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="torch device of both stages, the target making the data and the head training (cpu, cuda, "
+        "cuda:1; default: cpu)",
+    )
     parser.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(handler=_run)
@@ -98,6 +106,10 @@ def _run(args: argparse.Namespace) -> int:
     from treespec.drafter.eagle.training.trainer import TrainSettings
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    problem = device_problem(args.device)
+    if problem is not None:
+        print(f"treespec train-eagle: {problem}", file=sys.stderr)
+        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     target = resolve_model_path(args.target, models_dir())
@@ -118,6 +130,7 @@ def _run(args: argparse.Namespace) -> int:
         save_every=args.save_every,
         seed=args.seed,
         progress=not args.no_progress,
+        device=args.device,
     )
     record = run(
         TrainEagleConfig(

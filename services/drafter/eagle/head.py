@@ -148,7 +148,7 @@ class EagleHead(nn.Module):
     ) -> EagleHead:
         """Weights in `dtype` on `device`; for drafting on a CPU also packed, their products in the
         dtype `matmuls` asks for (packed_matmul.py)."""
-        self.to(device=device, dtype=dtype)
+        self.move_to(device, dtype)
         self.matmul_dtype = packed_dtype(matmuls, torch.device(device), dtype)
         if self.matmul_dtype is not None:
             self.fc.pack(self.matmul_dtype)
@@ -156,6 +156,12 @@ class EagleHead(nn.Module):
             self.layer.mlp.pack(self.matmul_dtype)
             if self.config.is_eagle3:
                 self.lm_head.pack(self.matmul_dtype)
+        return self
+
+    def move_to(self, device: torch.device | str, dtype: torch.dtype = torch.float32) -> EagleHead:
+        """Weights, buffers and the rotary tables on `device`, weights in `dtype`, nothing packed (as
+        training reads them)."""
+        self.to(device=device, dtype=dtype)
         self.rope = RopeTables(self.rope.cos.to(device), self.rope.sin.to(device))
         return self
 

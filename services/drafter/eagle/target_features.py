@@ -32,6 +32,15 @@ class SequenceFeatures:
     top_ids: torch.Tensor | None = None  # [n, top_k] long
     top_probs: torch.Tensor | None = None  # [n, top_k] float
 
+    def cpu(self) -> SequenceFeatures:
+        """In host memory (what a dataset shard stores), off the GPU a reader may have run on."""
+        return SequenceFeatures(
+            self.features.cpu(),
+            self.next_argmax.cpu(),
+            None if self.top_ids is None else self.top_ids.cpu(),
+            None if self.top_probs is None else self.top_probs.cpu(),
+        )
+
 
 class TargetFeatureReader:
     """Runs the target over whole token sequences (no speculation) and returns their features."""

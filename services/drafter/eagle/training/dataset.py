@@ -62,6 +62,19 @@ class Sequence:
     top_ids: torch.Tensor | None = None  # [n, top_k] long: the target's most likely next tokens
     top_probs: torch.Tensor | None = None  # [n, top_k] float: their probabilities
 
+    def to(self, device: torch.device) -> Sequence:
+        """The same sequence with its tensors on `device` (training moves one sequence at a time)."""
+        if self.input_ids.device == device:
+            return self
+        return Sequence(
+            self.input_ids.to(device),
+            self.features.to(device),
+            self.next_argmax.to(device),
+            self.answer_start,
+            None if self.top_ids is None else self.top_ids.to(device),
+            None if self.top_probs is None else self.top_probs.to(device),
+        )
+
     def cut(self, n: int) -> Sequence:
         """The first n positions."""
         if self.input_ids.shape[0] <= n:

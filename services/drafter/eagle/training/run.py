@@ -69,6 +69,7 @@ def run(config: TrainEagleConfig) -> dict[str, object]:
             # --seed makes other conversations (each resumed part adds its own offset to it).
             conversations=ConversationSettings(answer_tokens=config.answer_tokens, seed=config.train.seed),
             progress=config.train.progress,
+            device=config.train.device,
         )
     )
     data_seconds = time.monotonic() - started

@@ -41,6 +41,7 @@ class TrainSettings:
     save_every: int = 50
     seed: int = 0
     progress: bool = True
+    device: str = "cpu"  # where the head trains (the data stays in host memory, a sequence moved at a time)
 
 
 @dataclass
@@ -65,8 +66,9 @@ class Trainer:
     def __init__(
         self, head: EagleHead, targets: TrainingTargets, data: list[Sequence], settings: TrainSettings
     ):
-        self.head = head
-        self.targets = targets
+        self.device = torch.device(settings.device)
+        self.head = head.move_to(self.device)
+        self.targets = targets.to(self.device)
         self.data = [s.cut(settings.max_sequence) for s in data if s.input_ids.shape[0] >= 3]
         self.settings = settings
         params = [p for p in head.parameters() if p.requires_grad]
@@ -86,7 +88,7 @@ class Trainer:
         self.head.load_state_dict(
             {k: v.to(torch.float32) if v.is_floating_point() else v for k, v in saved.state_dict().items()}
         )
-        state = torch.load(state_file, weights_only=False)
+        state = torch.load(state_file, weights_only=False, map_location=self.device)
         self.optimizer.load_state_dict(state["optimizer"])
         self.step, self.order, self.cursor = state["step"], state["order"], state["cursor"]
         if any(i >= len(self.data) for i in self.order):  # the data changed since: start a new epoch
@@ -122,7 +124,7 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             size = sum(int(x.input_ids.shape[0]) for x in batch)
             for seq in batch:
-                result = unrolled_loss(self.head, seq, self.targets, s.ttt_steps, s.ttt_decay)
+                result = unrolled_loss(self.head, seq.to(self.device), self.targets, s.ttt_steps, s.ttt_decay)
                 (result.loss * (seq.input_ids.shape[0] / size)).backward()
                 _tally(result.correct, result.counted, hits, counts)
             torch.nn.utils.clip_grad_norm_(self.head.parameters(), s.grad_clip)
@@ -151,7 +153,8 @@ class Trainer:
         all_rows = [0] * s.ttt_steps
         self.head.eval()
         for seq in sequences:
-            result = unrolled_loss(self.head, seq.cut(s.max_sequence), self.targets, s.ttt_steps, s.ttt_decay)
+            seq = seq.cut(s.max_sequence).to(self.device)
+            result = unrolled_loss(self.head, seq, self.targets, s.ttt_steps, s.ttt_decay)
             _tally(result.correct, result.counted, hits, counts)
             _tally(result.answer_correct, result.answer_counted, answer_hits, answer_counts)
             all_rows = [a + b for a, b in zip(all_rows, result.answer_rows, strict=True)]

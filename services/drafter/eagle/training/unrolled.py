@@ -36,6 +36,13 @@ class TrainingTargets:
     lm_head: torch.Tensor | None  # [V, H] the target's output rows (EAGLE format; frozen)
     draft_index: torch.Tensor | None  # [V] long: target id -> draft id or -1 (EAGLE-3)
 
+    def to(self, device: torch.device) -> TrainingTargets:
+        return TrainingTargets(
+            self.embed.to(device),
+            None if self.lm_head is None else self.lm_head.to(device),
+            None if self.draft_index is None else self.draft_index.to(device),
+        )
+
 
 @dataclass(frozen=True)
 class StepResult:
@@ -76,11 +83,12 @@ def unrolled_loss(
 ) -> StepResult:
     n = int(seq.input_ids.shape[0])
     ids = seq.input_ids
-    rows = torch.arange(n)
+    device = ids.device
+    rows = torch.arange(n, device=device)
     hidden = seq.features.float()
     keys: list[torch.Tensor] = []
     values: list[torch.Tensor] = []
-    total = torch.zeros(())
+    total = torch.zeros((), device=device)
     hits: list[_Hits] = []
     for j in range(steps):
         token_at = (rows + 1 + j).clamp(max=n - 1)
@@ -89,7 +97,7 @@ def unrolled_loss(
         qkv = head.qkv(li.attn_in, rows + j)
         keys.append(qkv.k)
         values.append(qkv.v)
-        out = head.finish(li.residual, attend(qkv.q, torch.cat(keys), torch.cat(values), _mask(n, j)))
+        out = head.finish(li.residual, attend(qkv.q, torch.cat(keys), torch.cat(values), _mask(n, j, device)))
         label_at = rows + 1 + j  # the target's greedy token after position i + 1 + j
         valid = label_at < n
         loss, step_hits = _step_loss(
@@ -108,10 +116,11 @@ def unrolled_loss(
     )
 
 
-def _mask(n: int, j: int) -> torch.Tensor:
+def _mask(n: int, j: int, device: torch.device) -> torch.Tensor:
     """[n, n * (j + 1)]: causal over step 0's keys, then the diagonal of every later step."""
-    eye = torch.eye(n, dtype=torch.bool)
-    return torch.cat([torch.ones(n, n, dtype=torch.bool).tril(), *([eye] * j)], dim=1)
+    eye = torch.eye(n, dtype=torch.bool, device=device)
+    causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+    return torch.cat([causal, *([eye] * j)], dim=1)
 
 
 def _step_loss(
@@ -131,13 +140,13 @@ def _step_loss(
         draft_labels = targets.draft_index[labels]
         keep = valid & (draft_labels >= 0)
         if not bool(keep.any()):
-            return torch.zeros(()), _Hits.none(answer_rows)
+            return for_logits.new_zeros(()), _Hits.none(answer_rows)
         logits = head.lm_head(for_logits[keep])
         loss = _token_loss(logits, seq, label_at[keep], draft_labels[keep], targets.draft_index)
         return loss, _Hits.of(logits.argmax(-1) == draft_labels[keep], answer[keep], answer_rows)
     assert targets.lm_head is not None
     if not bool(valid.any()):
-        return torch.zeros(()), _Hits.none(answer_rows)
+        return for_logits.new_zeros(()), _Hits.none(answer_rows)
     feature_next = seq.features[label_at].float()
     regression = F.smooth_l1_loss(out_hidden[valid], feature_next[valid])
     logits = for_logits[valid] @ targets.lm_head.t()

@@ -437,6 +437,22 @@ def test_train_eagle_refuses_bad_numbers_at_the_flag(
     assert not output.exists() and not data.exists()
 
 
+@pytest.mark.parametrize(
+    ("device", "reason"),
+    [("cuda:99", "CUDA"), ("mps", "only cpu and cuda"), ("not-a-device", "not a torch device")],
+)
+def test_train_eagle_refuses_a_device_it_cannot_use(
+    device: str, reason: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 2 with the reason before any model or data is touched (cuda:99: no such GPU anywhere)."""
+    output, data = tmp_path / "head", tmp_path / "data"
+    argv = ["train-eagle", "--target", str(tmp_path / "no-model"), "--output", str(output)]
+    assert main([*argv, "--data-dir", str(data), "--device", device]) == 2
+    err = capsys.readouterr().err
+    assert "--device" in err and reason in err
+    assert not output.exists() and not data.exists()
+
+
 def test_the_held_out_sequences_are_the_last_ones_made() -> None:
     """Passage turns quote earlier answers: only the last answers are quoted by no training turn."""
     made = [Sequence(torch.tensor([i]), torch.zeros(1, 4), torch.tensor([i]), 0) for i in range(53)]
@@ -466,3 +482,6 @@ def test_the_data_is_generated_in_bfloat16_only_on_a_cpu_with_amx(monkeypatch: p
     monkeypatch.setattr(cpu_features, "amx", lambda: True)
     assert generation_dtype("auto") == "bfloat16"
     assert generation_dtype("float32") == "float32"
+    # On a GPU the engine's own default (bfloat16 there), whatever the CPU has.
+    assert generation_dtype("auto", "cuda") == "auto"
+    assert generation_dtype("float32", "cuda:0") == "float32"
