@@ -2,7 +2,9 @@
 
 After verification, the rows of each request's newly committed positions (a prefill chunk's tokens,
 or a tree's root and accepted nodes) are written into the ring, and the drafter hears where they lie
-with the commit. Chunks of a prompt that do not finish it are held until the commit that does.
+with the commit. Chunks of a prompt that do not finish it are held until the commit that does. A CUDA
+ring's writes are complete before `publish` returns the slots (a drafter process may read them at
+once).
 
 The same rows go into the feature cache at their positions' K/V slots (feature_cache.py). A prompt
 whose first positions came from the prefix cache gets their cached rows published before its own, so
@@ -30,6 +32,16 @@ class _Published:
     rows: torch.Tensor  # [n, width]
 
 
+def finish_writes(ring: FeatureRing) -> None:
+    """A CUDA ring's rows are written on this thread's stream, asynchronously; the slots returned go to
+    the drafter with the commit, and a co-located drafter process reads them on a stream of its own
+    (through CUDA IPC), which nothing orders after ours. So the writes must be done before anyone hears
+    of the slots. (A CPU ring's writes are done when `write` returns.)"""
+    device = ring.buffer.device
+    if device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()
+
+
 @dataclass
 class FeaturePublisher:
     cache: FeatureCache | None = None
@@ -55,6 +67,7 @@ class FeaturePublisher:
         if not parts:
             return {}
         slots = ring.write(torch.cat([p.rows for p in parts]))
+        finish_writes(ring)
         published: dict[str, FeatureSlots] = {}
         offset = 0
         for part in parts:

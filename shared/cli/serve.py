@@ -26,7 +26,7 @@ from treespec.shared.cli.ngram_flags import option_arguments
 from treespec.shared.cli.plugin_flags import add_plugin_arguments, check_plugin_options, plugin_options
 from treespec.shared.cli.speculation_flags import add_budget_arguments, default_budget, resolve_budget
 from treespec.shared.cli.speculative_config import add_speculative_config_argument
-from treespec.shared.cli.verifier import CUDA_COLOCATION, add_profile_argument
+from treespec.shared.cli.verifier import add_profile_argument, colocation_device_problem
 from treespec.shared.launcher.colocation_paths import SOCKET_NAME, draft_socket, local_address
 from treespec.shared.launcher.health import grpc_serving, http_ok
 from treespec.shared.launcher.ports import free_port
@@ -190,8 +190,9 @@ def serve_config(ns: argparse.Namespace) -> ServeConfig:
         parser = tool_call_parser(ns)
         chat_template(ns)  # a template that cannot work stops serve before anything starts
         colocated = ns.speculative_algorithm.lower() in COLOCATED_ALGORITHMS
-        if colocated and ns.device.startswith("cuda"):
-            raise ValueError(CUDA_COLOCATION)
+        device_problem = colocation_device_problem(ns.device) if colocated else None
+        if device_problem is not None:
+            raise ValueError(device_problem)
     except ValueError as exc:
         raise ServeFlagsError(str(exc)) from exc
     return ServeConfig(

@@ -22,11 +22,19 @@ if TYPE_CHECKING:
     from treespec.verifier.server.app import VerifierServerConfig
 
 NONE = "NONE"
-CUDA_COLOCATION = (
-    "co-location shares CPU memory; on a CUDA device it would need CUDA IPC, which is not implemented "
-    "(not verified on a GPU): run the drafter in the verifier's process instead "
-    "(treespec verifier --speculative-algorithm ...)"
-)
+COLOCATED_DEVICES = ("cpu", "cuda")  # POSIX shared memory, CUDA IPC (shared/drafting/colocation.py)
+
+
+def colocation_device_problem(device: str) -> str | None:
+    """Why a drafter process cannot map a target on `device`, if it cannot."""
+    kind = device.split(":", 1)[0].strip().lower()
+    if kind in COLOCATED_DEVICES:
+        return None
+    return (
+        f"co-location shares CPU memory (POSIX shared memory) or CUDA memory (CUDA IPC), not {device} "
+        "memory: run the drafter in the verifier's process instead (treespec verifier "
+        "--speculative-algorithm ...)"
+    )
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -79,7 +87,8 @@ def _speculation_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="PATH",
         help="with --drafter-address: a Unix socket where drafter processes on this machine "
-        "(treespec drafter --colocate PATH) map the target's embedding and features (CPU only)",
+        "(treespec drafter --colocate PATH) map the target's embedding and features (a target on CPU "
+        "or CUDA)",
     )
     add_plugin_arguments(p)
 
@@ -146,8 +155,9 @@ def colocation_problem(ns: argparse.Namespace) -> str | None:
         return None
     if not ns.drafter_address:
         return "--colocation-socket is for drafter servers: give --drafter-address too"
-    if ns.device.startswith("cuda"):
-        return CUDA_COLOCATION
+    problem = colocation_device_problem(ns.device)
+    if problem is not None:
+        return problem
     try:
         socket_path(ns.colocation_socket)
     except ValueError as exc:

@@ -4,6 +4,10 @@ A drafter process started with `treespec drafter --colocate PATH` gets this as `
 first call does the handshake with the verifier's ColocationServer (colocation.py) and maps what the
 reply names; the embedding, the head and the ring are then the verifier's own memory, and each
 segment is mapped once, however many views of it the drafter takes.
+
+A CUDA target's handles open the verifier's device memory (cuda_ipc.py), so the tensors are CUDA
+tensors on the verifier's GPU, and a drafter that places its work by them (the EAGLE drafter takes
+the embedding's device) drafts on that GPU.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import time
 import torch
 
 from treespec.shared.drafting.colocation_wire import (
+    AnyHandle,
     ColocationError,
     HandshakeReply,
     HandshakeRequest,
@@ -24,8 +29,9 @@ from treespec.shared.drafting.colocation_wire import (
     recv_json,
     send_json,
 )
+from treespec.shared.drafting.cuda_ipc import CudaTensorHandle, attach_cuda_tensor
 from treespec.shared.drafting.features import FeatureRing, FeatureSpec
-from treespec.shared.drafting.shared_tensor import TensorHandle, attach_tensor
+from treespec.shared.drafting.shared_tensor import attach_tensor
 from treespec.shared.drafting.target_access import TargetAccess, TargetTensors
 from treespec.shared.rpc.private_socket import socket_path
 
@@ -112,7 +118,12 @@ class ColocatedTargetAccess(TargetAccess):
         tensor = self._attach(view.tensor)
         return tensor.t() if view.transposed else tensor
 
-    def _attach(self, handle: TensorHandle) -> torch.Tensor:
+    def _attach(self, handle: AnyHandle) -> torch.Tensor:
+        if isinstance(handle, CudaTensorHandle):
+            # Every CUDA handle goes through torch's rebuild, which maps each storage once per process
+            # and holds the handle's reference count slot while its tensors live (or gives it back at
+            # once, for a storage mapped already): the verifier's allocator keeps the memory till then.
+            return attach_cuda_tensor(handle)
         if handle.name not in self._segments:
             self._segments[handle.name] = attach_tensor(handle)
         return self._segments[handle.name]

@@ -1,11 +1,13 @@
 """The verifier's side of co-location: a Unix socket where a drafter process on the same machine
-asks for the target's tensors and a feature ring, and gets shared memory handles back.
+asks for the target's tensors and a feature ring, and gets handles to map them back: POSIX shared
+memory for a CPU target, CUDA IPC handles of the target's device memory for a CUDA one.
 
-The first handshake moves the target's embedding and lm_head into shared memory (shared_target.py);
-a handshake with a FeatureSpec creates the ring the verifier publishes features into (its
-`feature_ring`), or reuses it for the same spec, so that a restarted drafter or a second replica
-reads the same rows. One spec per verifier: the engine captures one set of features per step.
-The drafter's side is ColocatedTargetAccess (colocated_access.py); messages: colocation_wire.py.
+Starting the server shares the target's embedding and lm_head (shared_target.py: moved into shared
+memory on CPU, exported in place on CUDA); a handshake with a FeatureSpec creates the ring the
+verifier publishes features into (its `feature_ring`), or reuses it for the same spec, so that a
+restarted drafter or a second replica reads the same rows. One spec per verifier: the engine
+captures one set of features per step. The drafter's side is ColocatedTargetAccess
+(colocated_access.py); messages: colocation_wire.py.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import os
 import socket
 import threading
 
+import torch
+
 from treespec.shared.drafting.colocation_wire import (
     ColocationError,
     HandshakeReply,
@@ -23,14 +27,16 @@ from treespec.shared.drafting.colocation_wire import (
     recv_json,
     send_json,
 )
+from treespec.shared.drafting.cuda_ipc import CudaSharedTensor
 from treespec.shared.drafting.features import FeatureRing, FeatureSpec
-from treespec.shared.drafting.shared_target import SharedTarget, share_target
+from treespec.shared.drafting.shared_target import Segment, SharedTarget, share_target
 from treespec.shared.drafting.shared_tensor import SharedTensor, SharedTensorError
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.rpc.private_socket import SocketInUseError, bind_private, peer_credentials, socket_path
 
 log = logging.getLogger(__name__)
 
+SHAREABLE_DEVICES = ("cpu", "cuda")  # POSIX shared memory, CUDA IPC
 ACCEPT_POLL_S = 0.2  # how soon the server thread notices `close`
 PEER_TIMEOUT_S = 5.0  # a connected peer that says nothing is dropped after this
 
@@ -38,22 +44,23 @@ PEER_TIMEOUT_S = 5.0  # a connected peer that says nothing is dropped after this
 class ColocationServer:
     """Listens on `path` (AF_UNIX only, mode 0600) in a daemon thread once started.
 
-    On CPU only: on a GPU the handles would have to be CUDA IPC handles, which are not implemented
-    (nothing here could be verified without a GPU), so a CUDA model is refused up front.
+    A target on CPU or CUDA: other devices are refused up front (nothing here could share them). The
+    server holds what it shares (a CUDA target's embedding, head and ring included) as long as it
+    lives, so that handles it sent keep pointing at live memory.
     """
 
     def __init__(self, path: str | os.PathLike[str], model: CausalLM) -> None:
-        if model.device.type != "cpu":
+        if model.device.type not in SHAREABLE_DEVICES:
             raise ColocationError(
-                f"co-location shares CPU memory only; the target is on {model.device}, which would need "
-                "CUDA IPC (not implemented: not verified on a GPU). Run the drafter in process instead"
+                f"co-location shares CPU memory (POSIX shared memory) or CUDA memory (CUDA IPC); the "
+                f"target is on {model.device}. Run the drafter in process instead"
             )
         self.path = socket_path(path)
         self.model = model
         self._lock = threading.Lock()
         self._target: SharedTarget | None = None
         self._ring: FeatureRing | None = None
-        self._ring_segment: SharedTensor | None = None
+        self._ring_segment: Segment | None = None
         self._listener: socket.socket | None = None
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="colocation", daemon=True)
@@ -64,10 +71,10 @@ class ColocationServer:
         return self._ring
 
     def start(self) -> ColocationServer:
-        """Bind the socket and move the target's embedding and head into shared memory here, in the
-        calling thread (the copies are parallel torch operations, and one thread should do all of a
-        process's: see VerifierServer.prepare); then answer drafters in the background. Raises
-        SharedTensorError when sharing fails."""
+        """Bind the socket and share the target's embedding and head here, in the calling thread (on
+        CPU the copies are parallel torch operations, and one thread should do all of a process's: see
+        VerifierServer.prepare); then answer drafters in the background. Raises SharedTensorError when
+        sharing fails."""
         try:
             self._listener = bind_private(self.path)
         except SocketInUseError as exc:
@@ -83,7 +90,8 @@ class ColocationServer:
 
     def close(self) -> None:
         """Stop listening, remove the socket file, unlink the shared segments (idempotent). Drafters
-        that attached keep their mappings; nothing new can attach."""
+        that attached keep their mappings; nothing new can attach. (CUDA memory has no name to
+        remove: its exports stop, and the server still holds the tensors.)"""
         self._stopping.set()
         if self._thread.is_alive():
             self._thread.join()
@@ -105,26 +113,26 @@ class ColocationServer:
         self.close()
 
     def handshake(self, request: HandshakeRequest) -> HandshakeReply:
-        """Export what the request needs (once) and say where it lies. Raises ValueError for a spec
-        this target cannot publish, ColocationError or SharedTensorError when sharing fails."""
+        """Share what the request needs (once) and say where it lies: handles for one receiver (a CUDA
+        export counts its receivers, so each reply gets its own). Raises ValueError for a spec this
+        target cannot publish, ColocationError or SharedTensorError when sharing fails."""
         c = self.model.config
         target = self._export_target()
         with self._lock:
-            ring = None if request.spec is None else self._ring_for(request.spec, request.capacity).handle
-        return HandshakeReply(
-            c.num_layers, c.hidden_size, c.vocab_size, target.embed, target.lm_head, c.step_weights, ring
-        )
+            embed, lm_head = target.views()
+            ring = None if request.spec is None else self._ring_for(request.spec, request.capacity).export()
+        return HandshakeReply(c.num_layers, c.hidden_size, c.vocab_size, embed, lm_head, c.step_weights, ring)
 
     # ---- internals ---------------------------------------------------------------------------------
 
     def _export_target(self) -> SharedTarget:
-        """The model's embedding and head in shared memory (moved there once)."""
+        """The model's embedding and head, shared (once)."""
         with self._lock:
             if self._target is None:
                 self._target = share_target(self.model)
             return self._target
 
-    def _ring_for(self, spec: FeatureSpec, capacity: int) -> SharedTensor:
+    def _ring_for(self, spec: FeatureSpec, capacity: int) -> Segment:
         _check_spec(spec, self.model)
         if self._ring is not None and self._ring_segment is not None:
             if self._ring.spec != spec:
@@ -138,11 +146,18 @@ class ColocationServer:
                     "verifier to grow it)"
                 )
             return self._ring_segment
-        segment = SharedTensor((capacity, spec.width), self.model.dtype)
+        segment = self._new_ring((capacity, spec.width))
         self._ring_segment = segment
         self._ring = FeatureRing(spec, segment.tensor)
         log.info("publishing target features %s into a ring of %d rows", spec, capacity)
         return segment
+
+    def _new_ring(self, shape: tuple[int, int]) -> Segment:
+        """A zero-filled ring beside the model: in shared memory on CPU, in the model's device memory
+        on CUDA (exported in place)."""
+        if self.model.device.type == "cuda":
+            return CudaSharedTensor(torch.zeros(shape, dtype=self.model.dtype, device=self.model.device))
+        return SharedTensor(shape, self.model.dtype)
 
     def _serve(self) -> None:
         listener = self._listener

@@ -2,7 +2,10 @@
 
 The drafter process connects to the verifier's socket and sends a HandshakeRequest (the features it
 wants, if any, and the ring capacity); the verifier answers with a HandshakeReply (the target's
-sizes and the shared memory handles of its embedding, lm_head and feature ring) or `{"error": ...}`.
+sizes and the handles of its embedding, lm_head and feature ring) or `{"error": ...}`. A handle is of
+one of two kinds, by its "kind" field: "shm", a POSIX shared memory segment (a CPU target;
+shared_tensor.py; the field may be missing, as older verifiers sent none), or "cuda", a CUDA IPC
+handle of device memory (a CUDA target; cuda_ipc.py).
 Handles name memory to map, so they travel over a Unix domain socket only (file permissions and the
 peer's uid say who may ask), never over the network: private_socket.socket_path refuses anything
 else.
@@ -15,6 +18,8 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
+from treespec.shared.drafting import cuda_ipc, shared_tensor
+from treespec.shared.drafting.cuda_ipc import CudaTensorHandle
 from treespec.shared.drafting.features import FeatureSpec
 from treespec.shared.drafting.shared_tensor import TensorHandle
 
@@ -22,15 +27,30 @@ PROTOCOL_VERSION = 1
 MAX_MESSAGE_BYTES = 64 * 1024
 
 
+# A shared tensor's handle: a CPU target's shared memory segment or a CUDA target's device memory.
+AnyHandle = TensorHandle | CudaTensorHandle
+
+
 class ColocationError(RuntimeError):
     """The handshake failed, or the verifier refused it (its message says why)."""
 
 
+def handle_from_json(data: Any) -> AnyHandle:
+    """Either kind of handle, by its "kind" (shared memory when there is none). Raises ValueError for
+    anything else: a handle comes off a socket, and is only ever parsed as JSON, never unpickled."""
+    kind = data.get("kind", shared_tensor.KIND) if isinstance(data, dict) else None
+    if kind == cuda_ipc.KIND:
+        return CudaTensorHandle.from_json(data)
+    if kind == shared_tensor.KIND:
+        return TensorHandle.from_json(data)
+    raise ValueError(f"not a tensor handle: {data!r}")
+
+
 @dataclass(frozen=True)
 class SharedView:
-    """A target tensor as a shared segment, or the transpose of one (a tied head is the embedding)."""
+    """A target tensor as a shared one, or the transpose of one (a tied head is the embedding)."""
 
-    tensor: TensorHandle
+    tensor: AnyHandle
     transposed: bool = False
 
     def to_json(self) -> dict[str, Any]:
@@ -40,7 +60,7 @@ class SharedView:
     def from_json(cls, data: Any) -> SharedView:
         if not isinstance(data, dict):
             raise ValueError(f"not a shared view: {data!r}")
-        return cls(TensorHandle.from_json(data.get("tensor")), bool(data.get("transposed", False)))
+        return cls(handle_from_json(data.get("tensor")), bool(data.get("transposed", False)))
 
 
 @dataclass(frozen=True)
@@ -80,7 +100,7 @@ class HandshakeReply:
     embed: SharedView  # [vocab, hidden]
     lm_head: SharedView  # [hidden, vocab] (dense, for treespec.shared.model.linear.linear)
     step_weights: int  # weights one target forward step multiplies by (ModelConfig.step_weights)
-    ring: TensorHandle | None = None  # [capacity, spec.width], when a spec was asked for
+    ring: AnyHandle | None = None  # [capacity, spec.width], when a spec was asked for
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -107,7 +127,7 @@ class HandshakeReply:
             embed=SharedView.from_json(data.get("embed")),
             lm_head=SharedView.from_json(data.get("lm_head")),
             step_weights=int(data["step_weights"]),
-            ring=None if ring is None else TensorHandle.from_json(ring),
+            ring=None if ring is None else handle_from_json(ring),
         )
 
 

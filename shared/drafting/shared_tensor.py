@@ -11,8 +11,8 @@ with the resource tracker, which unlinks "leaked" segments when its process exit
 child shares its parent's tracker, so unregistering would cancel the owner's registration too).
 Mapping the file directly keeps attachers out of the tracker: only the owner ever unlinks.
 
-Linux only (segments are files under /dev/shm). CUDA tensors would need CUDA IPC handles, which are
-not implemented: no GPU was available to verify them.
+Linux only (segments are files under /dev/shm). CUDA tensors are shared in place through CUDA IPC
+instead (cuda_ipc.py); on the wire a handle says which kind it is (colocation_wire.py).
 """
 
 from __future__ import annotations
@@ -25,12 +25,13 @@ import secrets
 from dataclasses import dataclass
 from multiprocessing.shared_memory import SharedMemory
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 SHM_DIR = Path("/dev/shm")
 NAME_PREFIX = "treespec-"
+KIND = "shm"  # a handle's "kind" on the wire; handles without one (older verifiers) are of this kind
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")  # a plain file name under SHM_DIR: no "/", no ".."
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -50,6 +51,7 @@ class SharedTensorError(RuntimeError):
 class TensorHandle:
     """What an attacher needs to map a shared tensor: small and JSON-able (see `to_json`)."""
 
+    kind: ClassVar[str] = KIND
     name: str  # the segment's name (a file under /dev/shm)
     shape: tuple[int, ...]
     dtype: str  # a key of DTYPES
@@ -59,7 +61,7 @@ class TensorHandle:
             raise ValueError(f"not a shared memory segment name: {self.name!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"unsupported dtype {self.dtype!r}; known: {', '.join(DTYPES)}")
-        if not self.shape or any(not isinstance(d, int) or d <= 0 for d in self.shape):
+        if not self.shape or any(not isinstance(d, int) or isinstance(d, bool) or d <= 0 for d in self.shape):
             raise ValueError(f"a shared tensor needs a non-empty shape of positive sizes, got {self.shape}")
 
     @property
@@ -78,14 +80,16 @@ class TensorHandle:
         return self.numel * self.torch_dtype.itemsize
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        return {"kind": KIND, "name": self.name, "shape": list(self.shape), "dtype": self.dtype}
 
     @classmethod
     def from_json(cls, data: Any) -> TensorHandle:
         """Raises ValueError for anything that is not a well-formed handle."""
         if not isinstance(data, dict) or not isinstance(data.get("shape"), list):
             raise ValueError(f"not a tensor handle: {data!r}")
-        return cls(str(data.get("name")), tuple(data["shape"]), str(data.get("dtype")))
+        if data.get("kind", KIND) != KIND or not isinstance(data.get("name"), str):
+            raise ValueError(f"not a shared memory tensor handle: {data!r}")
+        return cls(data["name"], tuple(data["shape"]), str(data.get("dtype")))
 
 
 class SharedTensor:
@@ -108,11 +112,16 @@ class SharedTensor:
 
     @classmethod
     def copy_of(cls, source: torch.Tensor) -> SharedTensor:
-        """Raises SharedTensorError for a tensor that is not a dense CPU one (CUDA: not implemented)."""
+        """Raises SharedTensorError for a tensor that is not a dense CPU one (a CUDA one is shared in
+        place instead: cuda_ipc.CudaSharedTensor)."""
         _check_shareable(source)
         shared = cls(tuple(source.shape), source.dtype)
         shared.tensor.copy_(source)
         return shared
+
+    def export(self) -> TensorHandle:
+        """The handle to send (the same for every receiver: mapping a segment counts nothing)."""
+        return self.handle
 
     def unlink(self) -> None:
         """Remove the segment's name (idempotent); its memory goes when the last mapping does."""
@@ -128,18 +137,23 @@ def attach_tensor(handle: TensorHandle) -> torch.Tensor:
     return _map(handle)
 
 
-def _check_shareable(tensor: torch.Tensor) -> None:
-    if tensor.device.type == "cuda":
-        raise SharedTensorError(
-            "sharing a CUDA tensor needs CUDA IPC, which treespec does not implement yet (no GPU was "
-            "available to verify it): co-locate on CPU, or run the drafter in process"
-        )
-    if tensor.device.type != "cpu":
-        raise SharedTensorError(f"only CPU tensors can be shared, not {tensor.device}")
+def check_layout(tensor: torch.Tensor) -> None:
+    """Either kind of sharing sends a dense tensor of a DTYPES dtype."""
     if tensor.is_mkldnn or tensor.layout != torch.strided:
         raise SharedTensorError("only dense tensors can be shared (share a packed weight's to_dense())")
     if str(tensor.dtype).removeprefix("torch.") not in DTYPES:
         raise SharedTensorError(f"cannot share a {tensor.dtype} tensor; supported: {', '.join(DTYPES)}")
+
+
+def _check_shareable(tensor: torch.Tensor) -> None:
+    if tensor.device.type == "cuda":
+        raise SharedTensorError(
+            "a CUDA tensor is shared in place through CUDA IPC (cuda_ipc.CudaSharedTensor), not copied "
+            "into POSIX shared memory"
+        )
+    if tensor.device.type != "cpu":
+        raise SharedTensorError(f"only CPU and CUDA tensors can be shared, not {tensor.device} ones")
+    check_layout(tensor)
 
 
 def _new_name() -> str:

@@ -30,7 +30,7 @@ from treespec.shared.drafting.colocation import ColocationServer
 from treespec.shared.drafting.colocation_wire import ColocationError, HandshakeRequest
 from treespec.shared.drafting.features import FeatureSpec
 from treespec.shared.drafting.shared_target import SharedTarget, share_target
-from treespec.shared.drafting.shared_tensor import SHM_DIR
+from treespec.shared.drafting.shared_tensor import SHM_DIR, TensorHandle
 from treespec.shared.launcher.shared_cores import SPIN_COUNT
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.dual_layout import HeadWeight
@@ -62,7 +62,9 @@ def server(model: CausalLM, tmp_path: Path) -> Iterator[ColocationServer]:
 
 def segment_names(server: ColocationServer) -> set[str]:
     reply = server.handshake(HandshakeRequest())
-    return {reply.embed.tensor.name, reply.lm_head.tensor.name}
+    handles = (reply.embed.tensor, reply.lm_head.tensor)
+    assert all(isinstance(h, TensorHandle) for h in handles)  # a CPU target's: shared memory segments
+    return {h.name for h in handles if isinstance(h, TensorHandle)}
 
 
 # ---- the handshake ------------------------------------------------------------------------------
@@ -236,10 +238,14 @@ def test_no_verifier_means_a_clear_error_after_the_wait(tmp_path: Path) -> None:
         ColocatedTargetAccess(tmp_path / "missing.sock", connect_timeout_s=0.3).tensors()
 
 
-def test_a_target_on_cuda_is_refused(tmp_path: Path) -> None:
-    fake = cast(CausalLM, SimpleNamespace(device=torch.device("cuda", 0)))
-    with pytest.raises(ColocationError, match="CUDA IPC"):
-        ColocationServer(tmp_path / "s.sock", fake)
+def test_a_target_neither_on_cpu_nor_on_cuda_is_refused(tmp_path: Path) -> None:
+    """A CUDA target is shared through CUDA IPC (tests/gpu/test_cuda_ipc.py); nothing shares others."""
+    on_cuda = cast(CausalLM, SimpleNamespace(device=torch.device("cuda", 0)))
+    assert ColocationServer(tmp_path / "s.sock", on_cuda).model is on_cuda  # refused no more
+    for device in ("meta", "mps"):
+        elsewhere = cast(CausalLM, SimpleNamespace(device=torch.device(device)))
+        with pytest.raises(ColocationError, match=f"CUDA memory \\(CUDA IPC\\); the target is on {device}"):
+            ColocationServer(tmp_path / "s.sock", elsewhere)
 
 
 # ---- the command line ---------------------------------------------------------------------------
@@ -256,9 +262,12 @@ def test_verifier_flag_checks(tmp_path: Path) -> None:
     assert colocation_problem(ok) is None
     problem = colocation_problem(parse("verifier", "--colocation-socket", sock))
     assert problem is not None and "--drafter-address" in problem
-    on_gpu = parse("verifier", "--drafter-address", "a:1", "--colocation-socket", sock, "--device", "cuda:0")
-    problem = colocation_problem(on_gpu)
-    assert problem is not None and "CUDA IPC" in problem
+    for device in ("cuda", "cuda:1", "cpu"):  # shared through CUDA IPC, or POSIX shared memory
+        on = parse("verifier", "--drafter-address", "a:1", "--colocation-socket", sock, "--device", device)
+        assert colocation_problem(on) is None
+    on_mps = parse("verifier", "--drafter-address", "a:1", "--colocation-socket", sock, "--device", "mps")
+    problem = colocation_problem(on_mps)
+    assert problem is not None and "CUDA IPC" in problem and "not mps memory" in problem
     network = parse("verifier", "--drafter-address", "a:1", "--colocation-socket", "127.0.0.1:7000")
     problem = colocation_problem(network)
     assert problem is not None and "Unix domain socket" in problem

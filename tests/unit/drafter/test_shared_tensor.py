@@ -9,6 +9,7 @@ from typing import Any, cast
 import pytest
 import torch
 
+from treespec.shared.drafting.shared_target import share_tensor
 from treespec.shared.drafting.shared_tensor import (
     SHM_DIR,
     SharedTensor,
@@ -64,7 +65,10 @@ def test_attaching_needs_the_segment_and_never_creates_one() -> None:
 
 def test_handles_round_trip_and_reject_what_is_not_a_segment() -> None:
     handle = TensorHandle("treespec-1-ab", (3, 4), "bfloat16")
+    assert handle.to_json() == {"kind": "shm", "name": "treespec-1-ab", "shape": [3, 4], "dtype": "bfloat16"}
     assert TensorHandle.from_json(handle.to_json()) == handle and handle.nbytes == 24
+    legacy = {"name": "treespec-1-ab", "shape": [3, 4], "dtype": "bfloat16"}  # before handles had kinds
+    assert TensorHandle.from_json(legacy) == handle
     for bad in (
         {"name": "../etc/passwd", "shape": [1], "dtype": "float32"},
         {"name": "x/y", "shape": [1], "dtype": "float32"},
@@ -72,16 +76,24 @@ def test_handles_round_trip_and_reject_what_is_not_a_segment() -> None:
         {"name": "ok", "shape": [0], "dtype": "float32"},
         {"name": "ok", "shape": [2], "dtype": "object"},
         {"name": "ok", "shape": "2", "dtype": "float32"},
+        {"name": "ok", "shape": [True], "dtype": "float32"},
+        {"name": None, "shape": [1], "dtype": "float32"},
+        {"kind": "cuda", "name": "ok", "shape": [1], "dtype": "float32"},
     ):
         with pytest.raises(ValueError):
             TensorHandle.from_json(bad)
 
 
-def test_cuda_and_packed_tensors_are_refused_with_a_reason() -> None:
+def test_what_shared_memory_cannot_hold_is_refused_with_a_reason() -> None:
+    """A CUDA tensor is shared in place through CUDA IPC instead (tests/gpu/test_cuda_ipc.py); other
+    devices and packed tensors cannot be shared at all."""
     fake_cuda = cast(torch.Tensor, SimpleNamespace(device=torch.device("cuda", 0)))
-    with pytest.raises(SharedTensorError, match=r"CUDA IPC.*no GPU"):
+    with pytest.raises(SharedTensorError, match="in place through CUDA IPC"):
         SharedTensor.copy_of(fake_cuda)
     with pytest.raises(SharedTensorError, match="dense"):
         SharedTensor.copy_of(pack_weight(torch.randn(8, 8)))
-    with pytest.raises(SharedTensorError, match="CPU"):
-        SharedTensor.copy_of(torch.empty(2, device="meta"))
+    with pytest.raises(SharedTensorError, match="dense"):
+        share_tensor(pack_weight(torch.randn(8, 8)))
+    for share in (SharedTensor.copy_of, share_tensor):
+        with pytest.raises(SharedTensorError, match="only CPU and CUDA tensors"):
+            share(torch.empty(2, device="meta"))
