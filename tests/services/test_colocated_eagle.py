@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,13 +144,23 @@ def _write_head(kind: str, path: Path, hot: torch.Tensor) -> dict[str, Any]:
     return {"draft_path": str(path)}
 
 
-@pytest.mark.parametrize(("kind", "ngram"), [("eagle3", False), ("eagle", False), ("eagle3", True)])
+KINDS = [("eagle3", False), ("eagle", False), ("eagle3", True)]
+
+
+@pytest.mark.parametrize(("kind", "ngram"), KINDS)
 def test_colocated_drafter_proposes_the_in_process_trees(
     kind: str, ngram: bool, tiny_path: Path, tmp_path: Path
 ) -> None:
     """With `ngram`, the head's trees merged with n-gram trees (--speculative-eagle-ngram): the option
     reaches the drafter process, and trees mixing both drafters' nodes carry no probabilities."""
-    local_model = load_model(tiny_path)
+    compare_colocated_with_in_process(kind, ngram, tiny_path, tmp_path, lambda: load_model(tiny_path))
+
+
+def compare_colocated_with_in_process(
+    kind: str, ngram: bool, tiny_path: Path, tmp_path: Path, load: Callable[[], CausalLM]
+) -> None:
+    """The comparison, on the device `load` puts the target on (tests/gpu runs it on CUDA)."""
+    local_model = load()
     plain = _plain(tiny_path, local_model)
     # level_cost 0: every level, so that the trees compared are deep (a random head's are rarely worth it)
     head = _write_head(kind, tmp_path / "head", _hot_tokens(plain))
@@ -161,8 +171,9 @@ def test_colocated_drafter_proposes_the_in_process_trees(
     local = create_drafter(kind, DrafterContext(VOCAB, tiny_path, options, LocalTargetAccess(local_model)))
     want = _run(tiny_path, local_model, local)
 
-    # Its own model: co-location moves the target's embedding and lm_head into shared memory.
-    model = load_model(tiny_path)
+    # Its own model: co-location shares the target's embedding and lm_head (on CPU moved into shared
+    # memory, on CUDA exported in place).
+    model = load()
     work = tmp_path / "colocated"
     work.mkdir()
     with colocated_drafter(model, kind, options, VOCAB, work, deadline_s=DEADLINE_S, env=TEST_ENV) as co:

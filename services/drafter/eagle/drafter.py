@@ -61,7 +61,8 @@ class EagleDrafter(Drafter):
         self._vocab_ids = head.draft_to_target() if head.config.is_eagle3 else None
         self._lm_head: HeadWeight | None = None if head.config.is_eagle3 else target.lm_head
         if config.token_map and not head.config.is_eagle3:
-            hot = load_token_map(config.token_map, target.vocab_size)
+            # On the target's device: it maps the head's top-k indices, which live there, to target ids.
+            hot = load_token_map(config.token_map, target.vocab_size).to(target.embed.device)
             self._vocab_ids, self._lm_head = hot, restricted_lm_head(target.embed, hot)
         self.level_cost = self._level_cost()
 
