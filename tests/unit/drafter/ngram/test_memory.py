@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import time
 
 from tests.unit.drafter.ngram.backends import Backend, config
+from treespec.drafter.ngram.local_memory import InProcessMemory
 from treespec.drafter.ngram.memory import Continuation, Observation
 
 CONTEXT = (1, 2, 3)
@@ -73,3 +75,17 @@ def test_lookup_of_nothing_and_record_of_nothing(backend: Backend) -> None:
     assert memory.flush()
     assert memory.lookup([]) == []
     assert memory.healthy
+
+
+def test_the_in_process_memory_stays_out_of_the_collectors_full_passes() -> None:
+    """Its contexts hold only values the cyclic collector stops tracking: a long-running drafter's
+    memory of millions of contexts must not lengthen every full pass (each such pass stalls drafting)."""
+    memory = InProcessMemory(config())
+    gc.collect()
+    before = len(gc.get_objects())
+    memory.record([((i, i + 1, i + 2), (i + 3, i + 4)) for i in range(5000)])
+    memory.record([((i, i + 1, i + 2), (i + 5,)) for i in range(0, 5000, 7)])  # more than one continuation
+    gc.collect()
+    assert len(memory) == 5000
+    assert len(gc.get_objects()) - before < 100
+    assert memory.lookup([(7, 8, 9)]) == [[Continuation((12,), 1), Continuation((10, 11), 1)]]
