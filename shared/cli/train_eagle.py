@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 from treespec.shared.cli.arg_types import non_negative_int, positive_float, positive_int
-from treespec.shared.cli.device import device_problem
 from treespec.shared.model.store import DEFAULT_MODELS_DIR, models_dir, resolve_model_path
 
 DEFAULT_WORK_DIR = Path("~/.cache/treespec/train-eagle")
@@ -104,6 +103,7 @@ def _run(args: argparse.Namespace) -> int:
     from treespec.drafter.eagle.head_config import EagleFormat
     from treespec.drafter.eagle.training.run import TrainEagleConfig, run
     from treespec.drafter.eagle.training.trainer import TrainSettings
+    from treespec.shared.cli.device import device_problem
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     problem = device_problem(args.device)

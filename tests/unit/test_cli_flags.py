@@ -3,6 +3,8 @@ names what is wrong, before a model is loaded or a process started."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -332,3 +334,9 @@ def test_run_batch_refuses_bad_drafter_settings_before_anything_starts(
     argv = ["run-batch", "-i", str(tmp_path / "in.jsonl"), "-o", str(out)]
     assert _exit_code([*argv, "--speculative-ngram-capacity", "0"]) == 2
     assert "treespec run-batch: error:" in capsys.readouterr().err and not out.exists()
+
+
+def test_the_command_line_loads_without_torch() -> None:
+    """Parsing flags, `--help` and the gateway import no torch: each command imports it when it runs."""
+    code = "import sys, treespec.shared.cli.main; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
