@@ -2,7 +2,12 @@
 against the in-process engine, on the same prompts and drafter, in one run.
 
 Batch size 1: one streaming request at a time (tokens/s, time to first token, inter-token latency);
-then 8 concurrent streams (aggregate tokens/s). Temperature 0, speculation as `treespec serve` runs it.
+then `--concurrency` concurrent streams (aggregate tokens/s). Temperature 0, speculation as `treespec
+serve` runs it. Beside that stack (its drafter linked over a local socket), the run can serve the
+same prompts through a stack whose Draft stream goes over gRPC (`--drafter-links local,grpc`: what a
+drafter replica on another host costs) and through a stack decoding plainly (on unless `--no-plain`
+or NONE): their stacks are all up at once and take the batch-1 prompts in turns, prompt by prompt, so
+that the ratios between them come from one stretch of time on the machine.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ import argparse
 import asyncio
 import statistics
 import time
+from collections.abc import Sequence
+from contextlib import AsyncExitStack, ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +27,7 @@ import transformers
 
 from treespec.bench.prompts import BenchPrompt, chat_prompt_ids, default_prompts_path, load_prompts
 from treespec.bench.report import format_table, write_json
+from treespec.bench.runs import ratio
 from treespec.shared.cli.serve import ServeConfig, services
 from treespec.shared.drafting.drafter import DrafterContext
 from treespec.shared.drafting.registry import create_drafter
@@ -28,6 +36,9 @@ from treespec.shared.model.store import models_dir, resolve_model_path
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine
 from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
+
+LOCAL, GRPC, PLAIN = "local", "grpc", "plain"  # the stacks: how the drafter is linked, or none
+DRAFTER_LINKS = (LOCAL, GRPC)
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,8 @@ class ServeBenchArgs:
     algorithm: str
     concurrency: int
     json_path: Path | None
+    links: tuple[str, ...] = (LOCAL,)  # the speculative stacks, by how their drafter is linked
+    plain: bool = True  # a stack decoding plainly beside them
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> ServeBenchArgs:
@@ -50,7 +63,28 @@ class ServeBenchArgs:
             algorithm=ns.speculative_algorithm,
             concurrency=ns.concurrency,
             json_path=Path(ns.json) if ns.json else None,
+            links=parse_links(ns.drafter_links),
+            plain=not ns.no_plain,
         )
+
+    @property
+    def speculative(self) -> bool:
+        return self.algorithm.upper() != "NONE"
+
+    def stacks(self) -> tuple[str, ...]:
+        """The stacks to serve through, the one `treespec serve` runs first."""
+        if not self.speculative:
+            return (PLAIN,)
+        return (*self.links, *((PLAIN,) if self.plain else ()))
+
+
+def parse_links(text: str) -> tuple[str, ...]:
+    """`local`, `grpc` or both, comma-separated, in order; ValueError otherwise."""
+    links = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    unknown = [link for link in links if link not in DRAFTER_LINKS]
+    if not links or unknown:
+        raise ValueError(f"drafter links are {', '.join(DRAFTER_LINKS)} (comma-separated); got {text!r}")
+    return links
 
 
 @dataclass(frozen=True)
@@ -75,22 +109,35 @@ def bench_serve(args: ServeBenchArgs) -> dict[str, Any]:
     prompts = load_prompts(args.prompts, args.per_category)
     tokenizer = transformers.AutoTokenizer.from_pretrained(args.model)
     engine_tps = _engine_tps(args, [chat_prompt_ids(tokenizer, p.text) for p in prompts])
-    config = _serve_config(args)
-    supervisor = Supervisor(services(config))
-    supervisor.start_all()
-    try:
-        timings = asyncio.run(_stream_one_by_one(config.url, prompts, args.max_new_tokens))
-        concurrent_tps = asyncio.run(_stream_concurrently(config.url, prompts, args))
-    finally:
-        supervisor.stop_all()
-    return _payload(args, prompts, engine_tps, timings, concurrent_tps)
+    configs = {stack: stack_config(args, stack) for stack in args.stacks()}
+    with ExitStack() as running:
+        for config in configs.values():  # one at a time: each measures its verify cost as it starts
+            supervisor = Supervisor(services(config))
+            running.callback(supervisor.stop_all)
+            supervisor.start_all()
+        urls = {stack: config.url for stack, config in configs.items()}
+        timings = asyncio.run(_stream_in_turns(urls, prompts, args.max_new_tokens))
+        concurrent = {
+            stack: asyncio.run(_stream_concurrently(url, prompts, args)) for stack, url in urls.items()
+        }
+    return _payload(args, prompts, engine_tps, timings, concurrent)
+
+
+def stack_config(args: ServeBenchArgs, stack: str) -> ServeConfig:
+    """As `treespec serve` runs it (LOCAL), with the drafter's Draft stream over gRPC (GRPC), or
+    decoding plainly (PLAIN)."""
+    if stack == PLAIN:
+        return ServeConfig.on_free_ports(args.model, "NONE")
+    if stack == GRPC:
+        return ServeConfig.on_free_ports(args.model, args.algorithm, draft_socket=None)
+    return ServeConfig.on_free_ports(args.model, args.algorithm)
 
 
 def _engine_tps(args: ServeBenchArgs, prompt_ids: list[list[int]]) -> float:
     """The in-process engine with the same drafter and settings, one request at a time."""
     config = EngineConfig(model_path=args.model, max_running_requests=1)
     engine = Engine(config)
-    if args.algorithm.upper() != "NONE":
+    if args.speculative:
         engine = Engine(config, create_drafter(args.algorithm, _context(args, engine)), engine.model)
     sampling = SamplingParams(temperature=0.0, max_new_tokens=args.max_new_tokens)
     engine.generate(
@@ -108,10 +155,6 @@ def _engine_tps(args: ServeBenchArgs, prompt_ids: list[list[int]]) -> float:
 
 def _context(args: ServeBenchArgs, engine: Engine) -> DrafterContext:
     return DrafterContext(vocab_size=engine.model.config.vocab_size, target_path=args.model)
-
-
-def _serve_config(args: ServeBenchArgs) -> ServeConfig:
-    return ServeConfig.on_free_ports(args.model, args.algorithm)
 
 
 async def _stream(client: Any, model: str, prompt: BenchPrompt, max_tokens: int) -> StreamTiming:
@@ -137,13 +180,25 @@ async def _stream(client: Any, model: str, prompt: BenchPrompt, max_tokens: int)
     return StreamTiming(tokens, seconds, ttft, itl)
 
 
-async def _stream_one_by_one(url: str, prompts: list[BenchPrompt], max_tokens: int) -> list[StreamTiming]:
+async def _stream_in_turns(
+    urls: dict[str, str], prompts: list[BenchPrompt], max_tokens: int
+) -> dict[str, list[StreamTiming]]:
+    """Each prompt through each stack in turn, one stream at a time (after a short warm-up each)."""
     from openai import AsyncOpenAI
 
-    async with AsyncOpenAI(base_url=f"{url}/v1", api_key="unused") as client:
-        model = (await client.models.list()).data[0].id
-        await _stream(client, model, prompts[0], 8)
-        return [await _stream(client, model, p, max_tokens) for p in prompts]
+    async with AsyncExitStack() as clients:
+        opened = {
+            stack: await clients.enter_async_context(AsyncOpenAI(base_url=f"{url}/v1", api_key="unused"))
+            for stack, url in urls.items()
+        }
+        models = {s: (await c.models.list()).data[0].id for s, c in opened.items()}
+        for stack, client in opened.items():
+            await _stream(client, models[stack], prompts[0], 8)
+        timings: dict[str, list[StreamTiming]] = {stack: [] for stack in urls}
+        for prompt in prompts:
+            for stack, client in opened.items():
+                timings[stack].append(await _stream(client, models[stack], prompt, max_tokens))
+        return timings
 
 
 async def _stream_concurrently(url: str, prompts: list[BenchPrompt], args: ServeBenchArgs) -> float:
@@ -164,41 +219,81 @@ async def _stream_concurrently(url: str, prompts: list[BenchPrompt], args: Serve
         return sum(totals) / (time.perf_counter() - start)
 
 
+def _path_figures(t: Sequence[StreamTiming], concurrent_tps: float) -> dict[str, float]:
+    itls = [x.itl_s for x in t if x.itl_s is not None]
+    return {
+        "tps": sum(x.tokens for x in t) / sum(x.seconds for x in t),
+        "ttft_ms": statistics.mean(x.ttft_s for x in t) * 1000,
+        "itl_ms": statistics.mean(itls) * 1000 if itls else 0.0,
+        "concurrent_tps": concurrent_tps,
+    }
+
+
 def _payload(
     args: ServeBenchArgs,
     prompts: list[BenchPrompt],
     engine_tps: float,
-    t: list[StreamTiming],
-    concurrent_tps: float,
+    timings: dict[str, list[StreamTiming]],
+    concurrent: dict[str, float],
 ) -> dict[str, Any]:
-    serve_tps = sum(x.tokens for x in t) / sum(x.seconds for x in t)
-    itls = [x.itl_s for x in t if x.itl_s is not None]
-    return {
+    paths = {stack: _path_figures(timings[stack], concurrent[stack]) for stack in timings}
+    served = paths[args.stacks()[0]]  # as `treespec serve` runs it
+    payload: dict[str, Any] = {
         "engine_tps": engine_tps,
-        "serve_tps": serve_tps,
-        "serve_vs_engine": serve_tps / engine_tps if engine_tps else 0.0,
-        "serve_ttft_ms": statistics.mean(x.ttft_s for x in t) * 1000,
-        "serve_itl_ms": statistics.mean(itls) * 1000 if itls else 0.0,
-        f"concurrent{args.concurrency}_tps": concurrent_tps,
-        "concurrent8_tps": concurrent_tps if args.concurrency == 8 else None,
-        "setup": {
-            "model": str(args.model),
-            "prompts": len(prompts),
-            "max_new_tokens": args.max_new_tokens,
-            "speculative_algorithm": args.algorithm,
-            "concurrency": args.concurrency,
-            "temperature": 0.0,
-            "torch_threads": torch.get_num_threads(),
-        },
+        "serve_tps": served["tps"],
+        "serve_vs_engine": ratio(served["tps"], engine_tps),
+        "serve_ttft_ms": served["ttft_ms"],
+        "serve_itl_ms": served["itl_ms"],
+        f"concurrent{args.concurrency}_tps": served["concurrent_tps"],
+        "concurrent8_tps": served["concurrent_tps"] if args.concurrency == 8 else None,
+        "paths": paths,
     }
+    if args.speculative and PLAIN in paths:
+        plain = paths[PLAIN]
+        payload["serve_vs_plain"] = ratio(served["tps"], plain["tps"])
+        payload["concurrent_vs_plain"] = ratio(served["concurrent_tps"], plain["concurrent_tps"])
+    if LOCAL in paths and GRPC in paths:
+        payload["local_vs_grpc"] = ratio(paths[LOCAL]["tps"], paths[GRPC]["tps"])
+        payload["local_vs_grpc_concurrent"] = ratio(
+            paths[LOCAL]["concurrent_tps"], paths[GRPC]["concurrent_tps"]
+        )
+    payload["setup"] = {
+        "model": str(args.model),
+        "prompts": len(prompts),
+        "max_new_tokens": args.max_new_tokens,
+        "speculative_algorithm": args.algorithm,
+        "stacks": list(paths),
+        "concurrency": args.concurrency,
+        "temperature": 0.0,
+        "torch_threads": torch.get_num_threads(),
+    }
+    return payload
+
+
+STACK_NAMES = {LOCAL: "drafter over a local socket", GRPC: "drafter over gRPC", PLAIN: "plain decoding"}
 
 
 def render(p: dict[str, Any]) -> str:
     c = p["setup"]["concurrency"]
-    rows = [
-        ["in-process engine, batch 1", p["engine_tps"], "", ""],
-        ["HTTP streaming, batch 1", p["serve_tps"], p["serve_ttft_ms"], p["serve_itl_ms"]],
-        [f"HTTP streaming, {c} concurrent", p[f"concurrent{c}_tps"], "", ""],
+    algorithm = p["setup"]["speculative_algorithm"]
+    rows: list[list[Any]] = [[f"in-process engine ({algorithm}), batch 1", p["engine_tps"], "", "", ""]]
+    for stack, f in p["paths"].items():
+        name = STACK_NAMES[stack] if stack == PLAIN else f"{algorithm}, {STACK_NAMES[stack]}"
+        rows.append([f"HTTP: {name}", f["tps"], f["ttft_ms"], f["itl_ms"], f["concurrent_tps"]])
+    header = ["path", "tok/s batch 1", "ttft ms", "itl ms", f"tok/s {c} concurrent"]
+    lines = [
+        format_table(header, rows),
+        "",
+        f"service path / in-process engine at batch 1: {p['serve_vs_engine']:.2f}x",
     ]
-    table = format_table(["path", "tok/s", "ttft ms", "itl ms"], rows)
-    return f"{table}\n\nservice path / in-process engine at batch 1: {p['serve_vs_engine']:.2f}x"
+    if "serve_vs_plain" in p:
+        lines.append(
+            f"service path, {algorithm} / plain: {p['serve_vs_plain']:.2f}x at batch 1,"
+            f" {p['concurrent_vs_plain']:.2f}x at {c} concurrent"
+        )
+    if "local_vs_grpc" in p:
+        lines.append(
+            f"drafter over a local socket / over gRPC: {p['local_vs_grpc']:.2f}x at batch 1,"
+            f" {p['local_vs_grpc_concurrent']:.2f}x at {c} concurrent"
+        )
+    return "\n".join(lines)

@@ -100,6 +100,28 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--concurrency", type=positive_int, default=8, help="concurrent streams in the second phase"
     )
+    parser.add_argument(
+        "--drafter-links",
+        type=_drafter_links,
+        default="local",
+        metavar="LINKS",
+        help="the speculative stacks, by how the verifier reaches its drafter: local (a local socket, "
+        "as treespec serve runs it), grpc (gRPC over loopback, as a drafter on another host), or "
+        "local,grpc for both, prompt by prompt (default: local)",
+    )
+    parser.add_argument(
+        "--no-plain", action="store_true", help="no stack decoding plainly beside the speculative ones"
+    )
+
+
+def _drafter_links(text: str) -> str:
+    from treespec.bench.serve_bench import parse_links
+
+    try:
+        parse_links(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return text
 
 
 def _engine_arguments(parser: argparse.ArgumentParser) -> None:

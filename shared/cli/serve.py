@@ -27,7 +27,7 @@ from treespec.shared.cli.plugin_flags import add_plugin_arguments, check_plugin_
 from treespec.shared.cli.speculation_flags import add_budget_arguments, default_budget, resolve_budget
 from treespec.shared.cli.speculative_config import add_speculative_config_argument
 from treespec.shared.cli.verifier import add_profile_argument, colocation_device_problem
-from treespec.shared.launcher.colocation_paths import SOCKET_NAME, draft_socket, local_address
+from treespec.shared.launcher.colocation_paths import DRAFT_SOCKET_NAME, SOCKET_NAME, local_address
 from treespec.shared.launcher.health import grpc_serving, http_ok
 from treespec.shared.launcher.ports import free_port
 from treespec.shared.launcher.process import ServiceProcess
@@ -75,6 +75,9 @@ class ServeConfig:
     tree_cost: float | None = None  # with node_cost only
     # For COLOCATED_ALGORITHMS: the verifier's co-location socket, in a private (0700) directory.
     colocation_socket: Path | None = None
+    # For every drafter: its local Draft stream socket, in such a directory (beside the co-location
+    # socket where there is one). The verifier beside it links to it there instead of over gRPC.
+    draft_socket: Path | None = None
 
     @classmethod
     def on_free_ports(
@@ -95,8 +98,7 @@ class ServeConfig:
             served_model_name=None,
             verifier_metrics_port=None,
         )
-        if algorithm.lower() in COLOCATED_ALGORITHMS:
-            defaults["colocation_socket"] = private_socket_path()
+        defaults.update(drafter_sockets(algorithm))
         return cls(model_path=model_path, algorithm=algorithm, **{**defaults, **overrides})
 
     @property
@@ -116,12 +118,19 @@ def default_deadline_ms(algorithm: str) -> int:
     return MODEL_DRAFT_DEADLINE_MS if algorithm.lower() in MODEL_ALGORITHMS else DRAFT_DEADLINE_MS
 
 
-def private_socket_path() -> Path:
-    """A socket path in a new directory only this user can enter (mkdtemp makes it 0700): the
-    socket hands out handles to the verifier's memory. The directory goes when this process exits."""
+def drafter_sockets(algorithm: str) -> dict[str, Path]:
+    """The sockets between the verifier and a drafter beside it (ServeConfig's `colocation_socket` and
+    `draft_socket`), in a new directory only this user can enter (mkdtemp makes it 0700): the
+    co-location socket hands out handles to the verifier's memory, the Draft stream carries requests'
+    tokens. The directory goes when this process exits. None for plain decoding."""
+    if algorithm.upper() == "NONE":
+        return {}
     directory = Path(tempfile.mkdtemp(prefix="treespec-"))
     atexit.register(shutil.rmtree, directory, ignore_errors=True)
-    return directory / SOCKET_NAME
+    sockets = {"draft_socket": directory / DRAFT_SOCKET_NAME}
+    if algorithm.lower() in COLOCATED_ALGORITHMS:
+        sockets["colocation_socket"] = directory / SOCKET_NAME
+    return sockets
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -221,7 +230,7 @@ def serve_config(ns: argparse.Namespace) -> ServeConfig:
         drafter_options=options,
         node_cost=budget.node_cost,
         tree_cost=budget.tree_cost,
-        colocation_socket=private_socket_path() if colocated else None,
+        **drafter_sockets(ns.speculative_algorithm),
     )
 
 
@@ -240,10 +249,11 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
         if c.colocation_socket is not None:
             drafter += ["--colocate", str(c.colocation_socket)]
             verifier += ["--colocation-socket", str(c.colocation_socket)]
-            # The Draft stream over a local socket beside it: a shorter round trip than gRPC's.
-            local = draft_socket(c.colocation_socket)
-            drafter += ["--local-socket", str(local)]
-            link_address = local_address(local)
+        if c.draft_socket is not None:
+            # The Draft stream over a local socket, its calls on the drafter's event loop: a round
+            # trip about half of gRPC's (README, Commands and flags). gRPC still serves other verifiers.
+            drafter += ["--local-socket", str(c.draft_socket), "--plugin-calls", "loop"]
+            link_address = local_address(c.draft_socket)
         # Not essential: if it dies, the verifier decodes plainly until the supervisor restarts it.
         out.append(ServiceProcess("drafter", drafter, lambda: grpc_serving(drafter_address), essential=False))
         verifier += [

@@ -108,9 +108,9 @@ SLOW_CPU = ["--draft-deadline-ms", "10000", "--speculative-node-cost", "0.02"]
 )
 def test_a_dying_drafter_is_restarted_and_costs_no_request(serve: tuple[subprocess.Popen[str], int]) -> None:
     """The drafter is not essential: killed, it is restarted while the verifier decodes plainly, and
-    drafting resumes once the verifier's Draft stream reaches the new process (a co-located one's over
-    the local socket the killed process left behind, which the new one takes over). Ctrl-C then stops
-    every service, the new drafter too."""
+    drafting resumes once the verifier's Draft stream reaches the new process (over the local socket the
+    killed process left behind, which the new one takes over). Ctrl-C then stops every service, the new
+    drafter too."""
     process, port = serve
     wait_for_url(process, port)
     assert all(len(services_named(process, name)) == 1 for name in ("gateway", "verifier", "drafter"))

@@ -305,7 +305,7 @@ def test_drafter_flag_gives_the_plugin_colocated_access(
     assert drafter_cli._drafter(parse(*base, "--local-socket", "127.0.0.1:5000")) == 2
 
 
-def test_serve_colocates_eagle_drafters_through_a_private_socket(tiny_path: Path) -> None:
+def test_serve_links_its_drafter_through_private_sockets(tiny_path: Path) -> None:
     config = ServeConfig.on_free_ports(tiny_path, "EAGLE3")
     sock = config.colocation_socket
     assert sock is not None and config.colocated
@@ -322,15 +322,25 @@ def test_serve_colocates_eagle_drafters_through_a_private_socket(tiny_path: Path
     # the two take turns on the same cores: short OpenMP spin-waits in both (shared_cores.py)
     assert processes[0].env == processes[1].env == {"GOMP_SPINCOUNT": str(SPIN_COUNT)}
 
-    plain = ServeConfig.on_free_ports(tiny_path, "NGRAM")
-    assert plain.colocation_socket is None
-    processes = services(plain)
+    ngram = ServeConfig.on_free_ports(tiny_path, "NGRAM")
+    assert ngram.colocation_socket is None and not ngram.colocated
+    processes = services(ngram)
     assert [p.name for p in processes] == ["drafter", "verifier", "gateway"]
     assert not any("--colocate" in p.argv or "--colocation-socket" in p.argv for p in processes)
-    assert not any("--local-socket" in p.argv for p in processes)
-    verifier = processes[1].argv
-    assert verifier[verifier.index("--drafter-address") + 1] == f"127.0.0.1:{plain.drafter_port}"
+    # Every drafter beside the verifier gets the Draft stream over its local socket, its calls on
+    # its event loop; gRPC stays up for other verifiers.
+    drafter, verifier = processes[0].argv, processes[1].argv
+    draft_socket = ngram.draft_socket
+    assert draft_socket is not None and stat.S_IMODE(draft_socket.parent.stat().st_mode) == 0o700
+    assert drafter[drafter.index("--local-socket") + 1] == str(draft_socket)
+    assert drafter[drafter.index("--plugin-calls") + 1] == "loop"
+    assert drafter[drafter.index("--port") + 1] == str(ngram.drafter_port)
+    assert verifier[verifier.index("--drafter-address") + 1] == f"local:{draft_socket}"
     assert not any(p.env for p in processes)
+
+    plain = ServeConfig.on_free_ports(tiny_path, "NONE")
+    assert plain.draft_socket is None and plain.colocation_socket is None
+    assert [p.name for p in services(plain)] == ["verifier", "gateway"]
 
 
 @pytest.mark.parametrize("variable", ["GOMP_SPINCOUNT", "OMP_WAIT_POLICY"])
