@@ -63,7 +63,7 @@ class ServeBenchArgs:
             algorithm=ns.speculative_algorithm,
             concurrency=ns.concurrency,
             json_path=Path(ns.json) if ns.json else None,
-            links=parse_links(ns.drafter_links),
+            links=ns.drafter_links,  # parsed by the flag's type (parse_links)
             plain=not ns.no_plain,
         )
 

@@ -114,14 +114,13 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _drafter_links(text: str) -> str:
+def _drafter_links(text: str) -> tuple[str, ...]:
     from treespec.bench.serve_bench import parse_links
 
     try:
-        parse_links(text)
+        return parse_links(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
-    return text
 
 
 def _engine_arguments(parser: argparse.ArgumentParser) -> None:

@@ -100,14 +100,10 @@ class InProcessMemory(NgramMemory):
         del self._written[context], self._continuations[context]
 
     def _evict(self, now: float) -> None:
-        """Amortised O(1) per write: each context is popped at most once after it was written."""
-        while len(self._written) > self._config.capacity:
-            self._forget_oldest()
+        """Amortised O(1) per write: each context is forgotten at most once after it was written. The
+        oldest goes while there are too many or it has expired."""
         while self._written:
-            if now - next(iter(self._written.values())) <= self._config.ttl_s:
+            oldest, written = next(iter(self._written.items()))
+            if len(self._written) <= self._config.capacity and now - written <= self._config.ttl_s:
                 break
-            self._forget_oldest()
-
-    def _forget_oldest(self) -> None:
-        context, _ = self._written.popitem(last=False)
-        del self._continuations[context]
+            self._forget(oldest)
