@@ -63,11 +63,19 @@ class LogprobFormat:
         return CompletionLogprobs(
             tokens=[self.name(e.token_id) for e in entries],
             token_logprobs=[_maybe(e.logprob) for e in entries],
-            top_logprobs=[
-                None if e.logprob is None else {self.name(t): _value(lp) for t, lp in e.top} for e in entries
-            ],
+            top_logprobs=[self._completion_top(e) for e in entries],
             text_offset=offsets,
         )
+
+    def _completion_top(self, entry: TokenLogprob) -> dict[str, float] | None:
+        """The most likely tokens, and the chosen one where it is not among them: OpenAI's legacy
+        completions "always return the logprob of the sampled token" (up to `logprobs` + 1 entries),
+        as vLLM does; None for the prompt's first token."""
+        if entry.logprob is None:
+            return None
+        top = {self.name(token_id): _value(logprob) for token_id, logprob in entry.top}
+        top.setdefault(self.name(entry.token_id), _value(entry.logprob))
+        return top
 
     def prompt(self, entries: Sequence[TokenLogprob]) -> PromptLogprobs:
         """vLLM's `prompt_logprobs`: per prompt token, None for the first, else its own entry first (with

@@ -98,7 +98,18 @@ def test_completion_logprobs_and_offsets_with_a_stop_string(client: openai.OpenA
     spelled = "".join(lp.tokens)
     assert spelled.startswith(choice.text) and spelled[len(choice.text) :].strip() == "6"
     assert lp.text_offset == [len("".join(lp.tokens[:k])) for k in range(len(lp.tokens))]
-    assert all(len(top) <= 2 and max(top.values()) <= 0.0 for top in lp.top_logprobs)
+    # greedy: the chosen token is the likeliest of the two asked for (OpenAI: up to logprobs + 1)
+    for token, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs, strict=True):
+        assert top is not None and len(top) == 2 and max(top.values()) <= 0.0
+        assert top[token] == logprob == max(top.values())
+
+
+def test_completion_logprobs_zero_give_the_chosen_tokens_alone(client: openai.OpenAI) -> None:
+    """`logprobs: 0` (OpenAI, vLLM): no alternatives, but each chosen token's own figure."""
+    reply = client.completions.create(model=MODEL, prompt="Once", max_tokens=4, temperature=1, logprobs=0)
+    lp = reply.choices[0].logprobs
+    assert lp is not None and lp.tokens and lp.token_logprobs and lp.top_logprobs
+    assert lp.top_logprobs == [{t: v} for t, v in zip(lp.tokens, lp.token_logprobs, strict=True)]
 
 
 def test_echo_with_logprobs_scores_the_prompt(
@@ -123,8 +134,12 @@ def test_echo_with_logprobs_scores_the_prompt(
         rows = torch.log_softmax(hf(torch.tensor([ids])).logits[0, :-1].float(), dim=-1)
     expected = rows.gather(1, torch.tensor(ids[1:]).view(-1, 1)).squeeze(1).tolist()
     assert lp.token_logprobs[1 : len(ids)] == pytest.approx(expected, abs=2e-3)
-    for top, row in zip(lp.top_logprobs[1 : len(ids)], rows, strict=True):
-        assert top is not None and list(top.values()) == pytest.approx([float(row.max())], abs=2e-3)
+    # the likeliest token, and the prompt's own where it is not that one (OpenAI: up to logprobs + 1)
+    scored = lp.tokens[1 : len(ids)], lp.token_logprobs[1 : len(ids)], lp.top_logprobs[1 : len(ids)], rows
+    for token, logprob, top, row in zip(*scored, strict=True):
+        assert top is not None and top[token] == logprob
+        assert len(top) == (1 if logprob == max(top.values()) else 2)
+        assert max(top.values()) == pytest.approx(float(row.max()), abs=2e-3)
 
 
 def test_echo_without_logprobs_and_streamed(client: openai.OpenAI) -> None:
@@ -244,7 +259,8 @@ def test_vllm_prompt_logprobs_score_the_prompt_with_ranks(
         assert sorted(e["rank"] for e in entry.values()) == sorted({1, 2, 3, own["rank"]})
     lp = choice.logprobs
     assert lp is not None and lp.top_logprobs is not None
-    assert all(top is None or len(top) == 1 for top in lp.top_logprobs)  # echo: its own `logprobs`
+    # echo: its own `logprobs` (1), and the chosen token where it is not the likeliest
+    assert all(top is None or len(top) in (1, 2) for top in lp.top_logprobs)
     chat = client.chat.completions.create(
         model=MODEL, messages=HI, max_tokens=2, temperature=0, n=2, extra_body={"prompt_logprobs": 0}
     )
