@@ -14,7 +14,17 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from treespec.shared.cli import bench, drafter, gateway, models, run_batch, serve, train_eagle, verifier
+from treespec.shared.cli import (
+    bench,
+    drafter,
+    gateway,
+    health,
+    models,
+    run_batch,
+    serve,
+    train_eagle,
+    verifier,
+)
 from treespec.shared.cli.serve import ServeFlagsError
 from treespec.shared.cli.speculative_config import SpeculativeConfigError, expand
 from treespec.shared.launcher.parent_watch import watch_parent
@@ -31,6 +41,7 @@ VERB_MODULES: tuple[ModuleType, ...] = (
     verifier,
     gateway,
     train_eagle,
+    health,
 )
 
 # Errors a user can cause and fix: reported in one line, without a traceback.
