@@ -1,4 +1,5 @@
-"""A grpc.aio server with what every treespec server has: health checking, error mapping, tracing."""
+"""A grpc.aio server with what every treespec server has: health checking, server reflection (so that
+grpcurl and other generic clients list and call its services), error mapping, tracing."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
 from treespec.shared.rpc.errors import FailedPreconditionError
 
@@ -101,7 +103,12 @@ class ServerHandle:
     health: health.aio.HealthServicer
     port: int
 
-    async def set_serving(self, service_names: Sequence[str]) -> None:
+    async def start(self, service_names: Sequence[str]) -> None:
+        """Start serving the servicers registered on `server` (`service_names`: their full names),
+        described by reflection beside health checking, and report them SERVING."""
+        described = (*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME)
+        reflection.enable_server_reflection(described, self.server)  # handlers go in before start
+        await self.server.start()
         for name in ("", *service_names):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
@@ -116,7 +123,7 @@ def create_server(
 ) -> ServerHandle:
     """A server bound to `address` (host:port; port 0 picks a free one) with health checking.
 
-    Register servicers on `handle.server`, then `await handle.server.start()` and `set_serving`.
+    Register servicers on `handle.server`, then `await handle.start(their full names)`.
     """
     server = grpc.aio.server(
         interceptors=[*extra_interceptors, ErrorMappingInterceptor()],

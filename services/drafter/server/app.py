@@ -36,8 +36,7 @@ async def start_server(servicer: DrafterServicer, address: str) -> ServerHandle:
     """Bound, started and reported SERVING by health checking."""
     handle = create_server(address)
     drafter_pb2_grpc.add_DrafterServicer_to_server(servicer, handle.server)
-    await handle.server.start()
-    await handle.set_serving([SERVICE_NAME])
+    await handle.start([SERVICE_NAME])
     return handle
 
 

@@ -199,8 +199,7 @@ class VerifierServer:
         # No tracing interceptor: the servicer reads the caller's context from the metadata (spans.py).
         handle = create_server(f"{self.config.host}:{self.config.port}")
         verifier_pb2_grpc.add_VerifierServicer_to_server(self._servicer(engine, loop), handle.server)
-        await handle.server.start()
-        await handle.set_serving([SERVICE_NAME])
+        await handle.start([SERVICE_NAME])
         return handle
 
     def _servicer(self, engine: Engine, loop: EngineLoop) -> VerifierServicer:
