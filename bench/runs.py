@@ -18,6 +18,7 @@ import torch
 import transformers
 
 from treespec.bench.greedy_match import NextLogits, compare_greedy
+from treespec.bench.plot import check_plotting, write_plot
 from treespec.bench.prompts import BenchPrompt, chat_prompt_ids, default_prompts_path
 from treespec.bench.report import format_table, write_json
 from treespec.bench.throughput import Tally, Throughput
@@ -103,9 +104,12 @@ def run_bench(
     render: Callable[[dict[str, Any]], str],
 ) -> int:
     """A `treespec bench VERB` run: arguments (a bad one exits 2 before the model loads), threads, the
-    benchmark, then the table and JSON."""
+    benchmark, then the table, the JSON and the plot."""
+    plot = Path(ns.plot) if getattr(ns, "plot", None) else None  # the per-category verbs' --plot
     try:
         args = args_class.from_namespace(ns)
+        if plot is not None:
+            check_plotting()
     except ValueError as exc:
         print(f"treespec bench {verb}: error: {exc}", file=sys.stderr)
         return 2
@@ -115,6 +119,9 @@ def run_bench(
     finally:
         unfreeze_heap()  # warm_up froze it for the timed runs
     emit(payload, render(payload), args.json_path)
+    if plot is not None:
+        write_plot(plot, payload, f"treespec bench {verb}: tokens/s by category")
+        print(f"wrote {plot}")
     return 0
 
 

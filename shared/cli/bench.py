@@ -77,6 +77,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     serve = verbs.add_parser("serve", help="HTTP streaming through the services vs the in-process engine")
     _serve_arguments(serve)
     serve.set_defaults(handler=_serve)
+    for per_category in (engine, ngram, prediction, eagle, standalone):
+        per_category.add_argument(
+            "--plot",
+            metavar="PATH",
+            help="also draw tokens/s by category and method to this PNG (needs matplotlib: treespec[plots])",
+        )
 
 
 def _common_arguments(parser: argparse.ArgumentParser) -> None:

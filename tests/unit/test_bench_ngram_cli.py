@@ -127,7 +127,9 @@ def test_a_real_run_writes_the_json(
     argv = ["--model", model, "--prompts", str(prompts), "--max-new-tokens", "24", "--threads", "2"]
     # A fixed node cost: one measured on a busy machine can leave nothing worth drafting.
     argv += ["--speculative-node-cost", "0.05"]
-    assert main(["bench", "ngram", *argv, "--json", str(out)]) == 0
+    plot = tmp_path / "plots" / "ngram.png"
+    assert main(["bench", "ngram", *argv, "--json", str(out), "--plot", str(plot)]) == 0
+    assert plot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     p = json.loads(out.read_text())
     keys = {"plain_tps", "ngram_tps", "hf_pld_tps", "ngram_accept_len", "copy_ceiling_tps"}
     assert keys | {"per_category", "identical", "setup", "copy_ceiling_accept_len"} <= set(p)
