@@ -14,6 +14,8 @@ from typing import Any
 
 TPS_SUFFIX = "_tps"
 OVERALL = "overall"
+# The figure's width grows with its bars, within what a page shows.
+BAR_IN, MARGIN_IN, MIN_WIDTH_IN, MAX_WIDTH_IN = 0.25, 1.5, 6.0, 16.0
 
 
 class PlotError(ValueError):
@@ -65,7 +67,8 @@ def write_plot(path: Path, payload: Mapping[str, Any], title: str) -> None:
     series = tps_series(payload)
     count = len(series.methods)
     width = 0.8 / count
-    figure, axes = pyplot.subplots(figsize=(max(6.0, 0.45 * len(series.groups) * count), 4.5))
+    inches = min(MAX_WIDTH_IN, max(MIN_WIDTH_IN, BAR_IN * len(series.groups) * count + MARGIN_IN))
+    figure, axes = pyplot.subplots(figsize=(inches, 4.5))
     try:
         for k, (method, values) in enumerate(series.methods.items()):
             positions = [g + (k - (count - 1) / 2) * width for g in range(len(series.groups))]

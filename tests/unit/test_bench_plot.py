@@ -66,13 +66,13 @@ def test_the_plot_is_a_png_sized_for_its_bars(tmp_path: Path, bench_defaults: tu
     assert path.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     height, width, _ = image.imread(path).shape
     assert (width, height) == (720, 540)  # 6 x 4.5 inches at 120 dpi: 3 groups of 4 bars fit the minimum
-    wide = {
-        "per_category": {f"c{k}": {"a_tps": 1.0, "b_tps": 1.0} for k in range(12)},
-        "a_tps": 1.0,
-        "b_tps": 1.0,
-    }
+    figures = {"a_tps": 1.0, "b_tps": 1.0}
+    wide = {"per_category": {f"c{k}": figures for k in range(12)}, **figures}
     write_plot(path, wide, "13 groups of 2")
-    assert image.imread(path).shape[1] == round(0.45 * 13 * 2 * 120)
+    assert image.imread(path).shape[1] == (0.25 * 13 * 2 + 1.5) * 120
+    many = {"per_category": {f"c{k}": figures for k in range(40)}, **figures}
+    write_plot(path, many, "41 groups of 2: as wide as a page shows")
+    assert image.imread(path).shape[1] == 16 * 120
 
 
 def test_no_matplotlib_is_refused_before_the_run(
