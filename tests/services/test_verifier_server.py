@@ -230,6 +230,15 @@ def check_metrics(server: VerifierServer) -> None:
     step_s = registry.get_sample_value("treespec_verifier_step_seconds_sum") or 0
     assert 0 < (registry.get_sample_value("treespec_verifier_draft_seconds_sum") or 0) < step_s
     assert registry.get_sample_value("treespec_verifier_kv_blocks_used") == 0
+    # the prices drafters are given, as the engine holds them after its last step (measured at start,
+    # then refined); the last step's figures are published just after its outputs went out
+    cost = server.engine_loop.engine.verify_cost
+    deadline = time.monotonic() + 5.0
+    while registry.get_sample_value("treespec_verifier_node_cost") != cost.node_cost(1):
+        assert time.monotonic() < deadline, "the node cost gauge is not the engine's"
+        time.sleep(0.02)
+    assert cost.node_cost(1) > 0
+    assert registry.get_sample_value("treespec_verifier_tree_cost") == cost.tree_cost(1) >= 0
 
 
 # ---- errors, cancellation ------------------------------------------------------------------------

@@ -75,6 +75,17 @@ class VerifierMetrics:
         self.waiting_requests = Gauge(PREFIX + "waiting_requests", "Requests waiting.", registry=registry)
         self.kv_blocks_used = Gauge(PREFIX + "kv_blocks_used", "KV cache blocks in use.", registry=registry)
         self.kv_blocks_total = Gauge(PREFIX + "kv_blocks_total", "KV cache blocks.", registry=registry)
+        self.node_cost = Gauge(
+            PREFIX + "node_cost",
+            "One more draft node's verify cost for a single request, in its decoding steps (drafters "
+            "keep nodes worth it; measured at start, refined from decode steps).",
+            registry=registry,
+        )
+        self.tree_cost = Gauge(
+            PREFIX + "tree_cost",
+            "A draft tree's fixed verify cost for a single request, in its decoding steps.",
+            registry=registry,
+        )
         self.prefix_cache_blocks = Gauge(
             PREFIX + "prefix_cache_blocks", "KV blocks the prefix cache holds.", registry=registry
         )
@@ -117,5 +128,7 @@ class VerifierMetrics:
         self.kv_blocks_used.set(snapshot.kv_blocks_used)
         self.kv_blocks_total.set(snapshot.kv_blocks_total)
         self.prefix_cache_blocks.set(snapshot.prefix_cache_blocks)
+        self.node_cost.set(snapshot.node_cost)
+        self.tree_cost.set(snapshot.tree_cost)
         for depth, ratio in enumerate(snapshot.speculation.acceptance_by_depth, start=1):
             self.acceptance_by_depth.labels(str(depth)).set(ratio)

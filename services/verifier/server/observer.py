@@ -25,6 +25,10 @@ class EngineSnapshot:
     prefix_cache_blocks: int = 0
     prefix_cache_query_tokens: int = 0
     prefix_cache_hit_tokens: int = 0
+    # What the engine prices one more draft node and a tree at (verify_cost.py), for one request: what
+    # drafters weigh their trees against; near 1 they draft next to nothing.
+    node_cost: float = 0.0
+    tree_cost: float = 0.0
 
     @property
     def kv_blocks_used(self) -> int:
@@ -32,6 +36,7 @@ class EngineSnapshot:
 
     @classmethod
     def of(cls, engine: Engine) -> EngineSnapshot:
+        cost = engine.verify_cost
         return cls(
             running_requests=engine.num_running,
             waiting_requests=engine.num_waiting,
@@ -40,6 +45,8 @@ class EngineSnapshot:
             speculation=copy.deepcopy(engine.stats),
             last_step=engine.last_step,
             **_prefix_cache_figures(engine),
+            node_cost=cost.node_cost(1),
+            tree_cost=cost.tree_cost(1),
         )
 
 
