@@ -36,9 +36,7 @@ def tps_series(payload: Mapping[str, Any]) -> TpsSeries:
     if not categories:
         raise PlotError("the benchmark reported no per-category figures to plot")
     rows = [*categories.values(), payload]
-    keys = [
-        k for k in payload if k.endswith(TPS_SUFFIX) and all(isinstance(r.get(k), int | float) for r in rows)
-    ]
+    keys = [k for k in payload if k.endswith(TPS_SUFFIX) and all(_number(r.get(k)) for r in rows)]
     if not keys:
         raise PlotError("the benchmark reported no tokens/s to plot")
     methods = {k.removesuffix(TPS_SUFFIX): tuple(float(r[k]) for r in rows) for k in keys}
