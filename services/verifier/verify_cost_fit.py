@@ -92,8 +92,6 @@ class OnlineVerifyCost:
     observations: int = 0
     fastest_s: float = float("inf")  # the fastest step seen: no one-row step takes longer
     _m: _Moments = field(default_factory=_Moments)
-    # `current`, solved once per observation: each step asks for it, and so does its metrics snapshot
-    _solved: VerifyCost | None = None
 
     def observe(self, rows: int, seconds: float, trees: int = 0) -> None:
         """One decode step: how many rows its forward had, how many of its requests verified a tree,
@@ -103,15 +101,9 @@ class OnlineVerifyCost:
         self._m.add(float(rows), float(trees), seconds, 0.5 ** (1.0 / self.half_life))
         self.observations += 1
         self.fastest_s = min(self.fastest_s, seconds)
-        self._solved = None
 
     @property
     def current(self) -> VerifyCost:
-        if self._solved is None:
-            self._solved = self._solve()
-        return self._solved
-
-    def _solve(self) -> VerifyCost:
         m = self._m
         if m.w < MIN_WEIGHT:
             return self.prior
