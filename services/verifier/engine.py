@@ -168,7 +168,7 @@ class Engine:
             return outputs
         step_start = time.perf_counter()
         batch_size = len(batch.decodes)
-        cost = self.verify_cost  # the online fit solved once for both prices
+        cost = self.verify_cost_at(batch_size)  # the online fit solved once for both prices
         draft_start = time.perf_counter()
         trees = self._draft.trees(batch.decodes, cost.node_cost(batch_size), cost.tree_cost(batch_size))
         ring = self.drafter.feature_ring if self.drafter is not None else None
@@ -179,7 +179,7 @@ class Engine:
         if isinstance(self._verify_cost, OnlineVerifyCost) and not batch.prefills:
             rows = sum(item.num_new for item in result.items)
             drafted = sum(item.num_new > 1 for item in result.items)
-            self._verify_cost.observe(rows, time.perf_counter() - start, drafted)
+            self._verify_cost.observe(rows, time.perf_counter() - start, drafted, batch_size)
         for out in self._commit.run(result, verdicts):
             outputs.append(out)
             if out.finished:
@@ -232,10 +232,14 @@ class Engine:
 
     @property
     def verify_cost(self) -> VerifyCost | FixedNodeCost:
-        """What this engine tells drafters a draft node costs: configured, or measured at start and
-        refined from its decode steps since (verify_cost_fit.py)."""
+        """What this engine tells drafters a draft node costs while it decodes a single request."""
+        return self.verify_cost_at(1)
+
+    def verify_cost_at(self, batch_size: int) -> VerifyCost | FixedNodeCost:
+        """What this engine tells drafters a draft node costs in a step of `batch_size` decodes:
+        configured, or measured at start and refined from its decode steps since (verify_cost_fit.py)."""
         cost = self._verify_cost
-        return cost.current if isinstance(cost, OnlineVerifyCost) else cost
+        return cost.at(batch_size) if isinstance(cost, OnlineVerifyCost) else cost
 
     @property
     def verify_cost_observations(self) -> int:

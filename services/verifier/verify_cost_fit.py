@@ -25,6 +25,15 @@ then fitted through that point. A probe that was itself slowed (under two busy p
 cores it timed one row at 1.16 s) would pin the step far above the steps served and leave nothing
 for the rows; no step of one row or more is faster than one of one row, so the floor is taken from
 the fastest step seen where that is faster.
+
+One plane is a poor fit across batch sizes: a batch's steps charge the rows with the requests' own
+costs, and after a burst of 16 requests at once a single request was priced at twice the node cost
+it had before the burst (`treespec bench burst`: 0.42-0.47 against 0.20-0.24), for the few hundred
+steps the half-life took to forget it, while the burst's steps were priced by a plane leaning on the
+smaller batches (0.91-0.93 at 16, against 0.39-0.62 from their own steps). So each batch regime (1,
+2-3, 4-7, 8-15, ... decodes) keeps a plane of its own steps, which ages only with them: a step of a
+given batch is priced from its regime's plane once that has seen enough steps, and from the plane
+through every step until then.
 """
 
 from __future__ import annotations
@@ -85,64 +94,77 @@ class _Moments:
         return {name: self.mean(name) for name in ("x", "z", "y")}
 
 
+def regime(batch_size: int) -> int:
+    """The batch regime a step of `batch_size` decodes belongs to: 1, 2-3, 4-7, 8-15, ..."""
+    return max(1, batch_size).bit_length()
+
+
 @dataclass
 class OnlineVerifyCost:
     prior: VerifyCost  # the start-up probe's
     half_life: float = HALF_LIFE_STEPS
     observations: int = 0
     fastest_s: float = float("inf")  # the fastest step seen: no one-row step takes longer
-    _m: _Moments = field(default_factory=_Moments)
+    _m: _Moments = field(default_factory=_Moments)  # every step's
+    _regimes: dict[int, _Moments] = field(default_factory=dict)  # each batch regime's steps alone
 
-    def observe(self, rows: int, seconds: float, trees: int = 0) -> None:
+    def observe(self, rows: int, seconds: float, trees: int = 0, batch_size: int = 1) -> None:
         """One decode step: how many rows its forward had, how many of its requests verified a tree,
-        and how long it took."""
+        how long it took, and how many requests it decoded."""
         if rows < 1 or trees < 0 or not seconds > 0.0:
             return
-        self._m.add(float(rows), float(trees), seconds, 0.5 ** (1.0 / self.half_life))
+        decay = 0.5 ** (1.0 / self.half_life)
+        own = self._regimes.setdefault(regime(batch_size), _Moments())
+        for moments in (self._m, own):
+            moments.add(float(rows), float(trees), seconds, decay)
         self.observations += 1
         self.fastest_s = min(self.fastest_s, seconds)
 
-    @property
-    def current(self) -> VerifyCost:
-        m = self._m
+    def at(self, batch_size: int) -> VerifyCost:
+        """The costs for a step of `batch_size` decodes: fitted from the steps of its batch regime
+        alone once there are enough of them (a regime's own figures outlast a spell of other batch
+        sizes), else from every step."""
+        own = self._regimes.get(regime(batch_size))
+        return self._solve(own if own is not None and own.w >= MIN_WEIGHT else self._m)
+
+    def node_cost(self, batch_size: int) -> float:
+        return self.at(batch_size).node_cost(batch_size)
+
+    def tree_cost(self, batch_size: int) -> float:
+        return self.at(batch_size).tree_cost(batch_size)
+
+    def _solve(self, m: _Moments) -> VerifyCost:
         if m.w < MIN_WEIGHT:
             return self.prior
         if m.cov("x", "x") < MIN_ROW_SPREAD:
-            return self._scaled_prior()
-        row, tree = self._plane(m.means())
+            return self._scaled_prior(m)
+        row, tree = self._plane(m, m.means())
         step = m.mean("y") - row * (m.mean("x") - 1.0) - tree * m.mean("z")  # the plane at one row
         floor = MIN_STEP_OF_PROBE * min(self.prior.step_s, self.fastest_s)
         if step < floor:  # extrapolated below what one row costs: through the floor at one row instead
             step = floor
-            row, tree = self._plane({"x": 1.0, "z": 0.0, "y": floor})
+            row, tree = self._plane(m, {"x": 1.0, "z": 0.0, "y": floor})
         return VerifyCost(step, row, tree)
 
-    def node_cost(self, batch_size: int) -> float:
-        return self.current.node_cost(batch_size)
-
-    def tree_cost(self, batch_size: int) -> float:
-        return self.current.tree_cost(batch_size)
-
-    def _scale(self) -> float:
+    def _scale(self, m: _Moments) -> float:
         """Observed over expected seconds per step, by the probe's figures."""
-        p, m = self.prior, self._m
+        p = self.prior
         expected = p.step_s + (m.mean("x") - 1.0) * p.row_s + m.mean("z") * p.tree_s
         return m.mean("y") / expected if expected > 0.0 else 1.0
 
-    def _scaled_prior(self) -> VerifyCost:
-        s, p = self._scale(), self.prior
+    def _scaled_prior(self, m: _Moments) -> VerifyCost:
+        s, p = self._scale(m), self.prior
         return VerifyCost(p.step_s * s, p.row_s * s, p.tree_s * s)
 
-    def _plane(self, centre: Mapping[str, float]) -> tuple[float, float]:
+    def _plane(self, m: _Moments, centre: Mapping[str, float]) -> tuple[float, float]:
         """(part per row, part per tree): the least-squares plane of the seconds over rows and trees
         through `centre` (the means: the plane that fits best; one row, no tree and a given step: the
         best with that step). Where the trees do not vary apart from the rows, the probe's part per
         tree (scaled) stands and the rows' is fitted."""
-        m = self._m
         sxx, szz, sxz = (m.about(a, b, centre) for a, b in (("x", "x"), ("z", "z"), ("x", "z")))
         sxy, szy = m.about("x", "y", centre), m.about("z", "y", centre)
         if szz < MIN_TREE_SPREAD or sxz * sxz > MAX_CORRELATION * sxx * szz:
-            tree = self.prior.tree_s * self._scale()
+            tree = self.prior.tree_s * self._scale(m)
             return max(0.0, (sxy - tree * sxz) / sxx), tree
         det = sxx * szz - sxz * sxz
         row = (sxy * szz - szy * sxz) / det
