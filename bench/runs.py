@@ -134,12 +134,18 @@ def emit(payload: dict[str, Any], text: str, json_path: Path | None) -> None:
 
 
 def request(
-    rid: str, ids: list[int], n: int, spec: SpeculationParams | None, prediction: Sequence[int] = ()
+    rid: str,
+    ids: list[int],
+    n: int,
+    spec: SpeculationParams | None,
+    prediction: Sequence[int] = (),
+    cache_salt: str = "",
 ) -> GenerationRequest:
-    """Greedy, `n` new tokens; `spec` None: plain decoding; `prediction`: a predicted output."""
+    """Greedy, `n` new tokens; `spec` None: plain decoding; `prediction`: a predicted output;
+    `cache_salt`: shares cached state (prefixes, the drafter's memory) only with the same salt."""
     speculation = spec or SpeculationParams(enabled=False)
     sampling = SamplingParams(temperature=0.0, max_new_tokens=n)
-    return GenerationRequest(rid, ids, sampling, speculation, prediction=prediction)
+    return GenerationRequest(rid, ids, sampling, speculation, prediction=prediction, cache_salt=cache_salt)
 
 
 def engine(
@@ -216,6 +222,7 @@ def time_engine(
     category: str,
     spec: SpeculationParams | None,
     prediction: Sequence[int] = (),
+    cache_salt: str = "",
 ) -> GenerationResult:
     drafting = engine.timings.draft_s
     first_token: list[float] = []
@@ -225,7 +232,7 @@ def time_engine(
             first_token.append(time.perf_counter())
 
     start = time.perf_counter()
-    result = engine.generate([request(rid, ids, n, spec, prediction)], on_output=seen)[rid]
+    result = engine.generate([request(rid, ids, n, spec, prediction, cache_salt)], on_output=seen)[rid]
     end = time.perf_counter()
     stats, draft_s = result.stats, engine.timings.draft_s - drafting
     first_token_s = (first_token[0] if first_token else end) - start

@@ -74,6 +74,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     _prefill_arguments(prefill)
     prefill.set_defaults(handler=_prefill)
+    burst = verbs.add_parser(
+        "burst",
+        help="single requests with the n-gram drafter before and after a burst of concurrent ones (CPU)",
+    )
+    _burst_arguments(burst)
+    burst.set_defaults(handler=_burst)
     serve = verbs.add_parser("serve", help="HTTP streaming through the services vs the in-process engine")
     _serve_arguments(serve)
     serve.set_defaults(handler=_serve)
@@ -135,6 +141,11 @@ def _engine_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _ngram_arguments(parser: argparse.ArgumentParser) -> None:
+    _ngram_drafter_arguments(parser)
+    add_cost_arguments(parser)
+
+
+def _ngram_drafter_arguments(parser: argparse.ArgumentParser) -> None:
     _engine_arguments(parser)
     parser.add_argument(
         "--redis-url", default=None, metavar="URL", help="the n-gram memory in Redis (default: in-process)"
@@ -146,7 +157,20 @@ def _ngram_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="an n-gram setting (repeatable): a NgramConfig field; VALUE is read as JSON when it parses",
     )
-    add_cost_arguments(parser)
+
+
+def _burst_arguments(parser: argparse.ArgumentParser) -> None:
+    """`bench ngram`'s drafter flags, without fixed costs: the engine's own measured ones are the subject."""
+    _ngram_drafter_arguments(parser)
+    parser.add_argument(
+        "--burst",
+        type=positive_int,
+        default=16,
+        help="concurrent requests in the burst (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--waves", type=positive_int, default=3, help="bursts, one after the other (default: %(default)s)"
+    )
 
 
 def _eagle_arguments(parser: argparse.ArgumentParser) -> None:
@@ -272,6 +296,12 @@ def _wait_as_colocated() -> None:
 
 def _prefix(ns: argparse.Namespace) -> int:
     from treespec.bench.prefix_bench import run
+
+    return run(ns)
+
+
+def _burst(ns: argparse.Namespace) -> int:
+    from treespec.bench.burst_bench import run
 
     return run(ns)
 
