@@ -3,6 +3,7 @@ flushed prompt is computed again (no cached tokens), and a flush while a request
 
 from __future__ import annotations
 
+import json
 import time
 
 import httpx
@@ -55,8 +56,11 @@ def test_a_flush_while_a_request_runs_is_a_400(http: httpx.Client, url: str) -> 
         "ignore_eos": True,
     }
     with http.stream("POST", "/v1/completions", json=body) as stream:
-        next(stream.iter_lines())  # it runs
+        first = next(stream.iter_lines())  # it runs: its first token is out
+        assert stream.status_code == 200 and first.startswith("data: {"), first
+        assert "error" not in json.loads(first.removeprefix("data: ")), first
         busy = http.post("/flush_cache")
-    assert busy.status_code == 400 and busy.json()["error"]["code"] == "engine_busy"
+    assert busy.status_code == 400, (busy.text, first)
+    assert busy.json()["error"]["code"] == "engine_busy"
     assert _flush(http, "POST", "/flush_cache").status_code == 200  # once it is gone
     assert httpx.post(f"{url}/flush_cache").status_code == 401  # behind the API key
