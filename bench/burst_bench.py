@@ -19,6 +19,7 @@ burst leaves nothing behind.
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from treespec.shared.drafting.drafter import DrafterContext
 from treespec.shared.drafting.registry import create_drafter
 from treespec.shared.model.loader import load_model
 from treespec.verifier.config import EngineConfig
-from treespec.verifier.engine import Engine
+from treespec.verifier.engine import Engine, GenerationResult
 from treespec.verifier.request import SpeculationParams
 
 PHASES = ("before", "after")
@@ -59,19 +60,24 @@ def run(ns: argparse.Namespace) -> int:
 
 
 @dataclass(frozen=True)
+class Singles:
+    """A phase of single requests: the node cost at batch 1 as each started, and each one's output."""
+
+    node_costs: list[float]
+    outputs: list[list[int]]
+
+
+@dataclass(frozen=True)
 class BurstFigures:
     requests: int
-    tokens: int
-    seconds: float
-    verify_steps: int
-    committed: int
+    tally: Tally
     node_cost: float  # at the burst's batch size, as the last wave ends
 
     def report(self) -> dict[str, Any]:
         return {
             "burst_requests": self.requests,
-            "burst_tps": runs.ratio(self.tokens, self.seconds),
-            "burst_accept_len": runs.ratio(self.committed, self.verify_steps),
+            "burst_tps": self.tally.tps,
+            "burst_accept_len": self.tally.accept_len,
             "burst_node_cost": self.node_cost,
         }
 
@@ -89,21 +95,17 @@ def bench_burst(args: BurstBenchArgs) -> dict[str, Any]:
     spec = speculation(args.config)
     engine = Engine(_config(args, spec, ids), drafter, model)
     tally = Throughput()
-    node_costs: dict[str, list[float]] = {phase: [] for phase in PHASES}
-    outputs: dict[str, list[list[int]]] = {phase: [] for phase in PHASES}
     try:
         runs.warm_up(tokenizer, hf, (engine, spec))
-        _singles(engine, prompts, ids, args, spec, "before", tally, node_costs, outputs)
+        before = _singles(engine, prompts, ids, args, spec, "before", tally)
         burst = _burst(engine, ids, args, spec)
-        _singles(engine, prompts, ids, args, spec, "after", tally, node_costs, outputs)
+        after = _singles(engine, prompts, ids, args, spec, "after", tally)
     finally:
         drafter.shutdown()
     greedy = runs.GreedyCheck(hf_next_logits(hf))
-    for prompt, prompt_ids, after, before in zip(
-        prompts, ids, outputs["after"], outputs["before"], strict=True
-    ):
-        greedy.check(prompt, prompt_ids, after, before)
-    return _payload(args, prompts, tally, node_costs, burst, greedy)
+    for prompt, prompt_ids, got, want in zip(prompts, ids, after.outputs, before.outputs, strict=True):
+        greedy.check(prompt, prompt_ids, got, want)
+    return _payload(args, prompts, tally, (before, after), burst, greedy)
 
 
 def _config(args: BurstBenchArgs, spec: SpeculationParams, ids: Sequence[Sequence[int]]) -> EngineConfig:
@@ -127,11 +129,10 @@ def _singles(
     spec: SpeculationParams,
     phase: str,
     tally: Throughput,
-    node_costs: dict[str, list[float]],
-    outputs: dict[str, list[list[int]]],
-) -> None:
+) -> Singles:
+    singles = Singles([], [])
     for i, (prompt, prompt_ids) in enumerate(zip(prompts, ids, strict=True)):
-        node_costs[phase].append(engine.verify_cost.node_cost(1))
+        singles.node_costs.append(engine.verify_cost.node_cost(1))
         result = runs.time_engine(
             engine,
             f"{phase}-{i}",
@@ -143,17 +144,18 @@ def _singles(
             spec,
             cache_salt=phase,
         )
-        outputs[phase].append(result.token_ids)
+        singles.outputs.append(result.token_ids)
     print(
         f"{phase}: {len(prompts)} requests, one at a time, {tally.overall[phase].tps:.2f} tokens/s",
         flush=True,
     )
+    return singles
 
 
 def _burst(
     engine: Engine, ids: Sequence[list[int]], args: BurstBenchArgs, spec: SpeculationParams
 ) -> BurstFigures:
-    tokens = steps = committed = 0
+    results: list[GenerationResult] = []
     start = time.perf_counter()
     for wave in range(args.waves):
         batch = [
@@ -166,24 +168,17 @@ def _burst(
             )
             for j in range(args.burst)
         ]
-        for result in engine.generate(batch).values():
-            tokens += len(result.token_ids)
-            steps += result.stats.verify_steps
-            committed += result.stats.committed_tokens
-    seconds = time.perf_counter() - start
-    figures = BurstFigures(
-        args.burst * args.waves,
-        tokens,
-        seconds,
-        steps,
-        committed,
-        engine.verify_cost_at(args.burst).node_cost(args.burst),
+        results += engine.generate(batch).values()
+    tally = Tally()
+    tally.add(
+        sum(len(r.token_ids) for r in results),
+        time.perf_counter() - start,
+        sum(r.stats.verify_steps for r in results),
+        sum(r.stats.committed_tokens for r in results),
     )
-    print(
-        f"burst: {figures.requests} requests, {args.burst} at once, {runs.ratio(tokens, seconds):.2f} tok/s",
-        flush=True,
-    )
-    return figures
+    cost = engine.verify_cost_at(args.burst).node_cost(args.burst)
+    print(f"burst: {len(results)} requests, {args.burst} at once, {tally.tps:.2f} tokens/s", flush=True)
+    return BurstFigures(len(results), tally, cost)
 
 
 def _figures(tallies: Mapping[str, Tally]) -> dict[str, float]:
@@ -197,22 +192,19 @@ def _figures(tallies: Mapping[str, Tally]) -> dict[str, float]:
     }
 
 
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else 0.0
-
-
 def _payload(
     args: BurstBenchArgs,
     prompts: Sequence[BenchPrompt],
     tally: Throughput,
-    node_costs: dict[str, list[float]],
+    phases: tuple[Singles, Singles],
     burst: BurstFigures,
     greedy: runs.GreedyCheck,
 ) -> dict[str, Any]:
+    before, after = phases
     return {
         **_figures(tally.overall),
-        "before_node_cost": _mean(node_costs["before"]),
-        "after_node_cost": _mean(node_costs["after"]),
+        "before_node_cost": statistics.mean(before.node_costs),
+        "after_node_cost": statistics.mean(after.node_costs),
         **burst.report(),
         **greedy.figures(),
         "per_category": runs.per_category(prompts, tally, PHASES, _figures),
