@@ -245,6 +245,7 @@ def time_engine(
         stats.committed_tokens,
         draft_s,
         first_token_s,
+        stats.drafted_tokens,
     )
     return result
 

@@ -14,6 +14,7 @@ class Tally:
     committed: int = 0  # tokens committed in verify steps (acceptance length numerator)
     draft_seconds: float = 0.0  # of `seconds`, spent asking the drafter for trees
     first_token_seconds: float = 0.0  # of `seconds`, until the first token (the prefill, mostly)
+    drafted: int = 0  # draft nodes verified
 
     @property
     def tps(self) -> float:
@@ -22,6 +23,11 @@ class Tally:
     @property
     def accept_len(self) -> float:
         return self.committed / self.verify_steps if self.verify_steps else 0.0
+
+    @property
+    def nodes_per_step(self) -> float:
+        """Draft nodes verified per verify step."""
+        return self.drafted / self.verify_steps if self.verify_steps else 0.0
 
     @property
     def draft_ms_per_step(self) -> float:
@@ -45,6 +51,7 @@ class Tally:
         committed: int = 0,
         draft_seconds: float = 0.0,
         first_token_seconds: float = 0.0,
+        drafted: int = 0,
     ) -> None:
         self.tokens += tokens
         self.seconds += seconds
@@ -52,6 +59,7 @@ class Tally:
         self.committed += committed
         self.draft_seconds += draft_seconds
         self.first_token_seconds += first_token_seconds
+        self.drafted += drafted
 
     def since(self, earlier: Tally) -> Tally:
         """What was added after `earlier`, a copy of this tally taken before."""
@@ -77,8 +85,9 @@ class Throughput:
         committed: int = 0,
         draft_seconds: float = 0.0,
         first_token_seconds: float = 0.0,
+        drafted: int = 0,
     ) -> None:
-        figures = (tokens, seconds, steps, committed, draft_seconds, first_token_seconds)
+        figures = (tokens, seconds, steps, committed, draft_seconds, first_token_seconds, drafted)
         self.by_category[method][category].add(*figures)
         self.overall[method].add(*figures)
 

@@ -80,10 +80,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     _burst_arguments(burst)
     burst.set_defaults(handler=_burst)
+    node_cost = verbs.add_parser(
+        "node-cost",
+        help="the n-gram drafter at its measured node cost and at fixed multiples of it vs plain (CPU,"
+        " batch 1)",
+    )
+    _node_cost_arguments(node_cost)
+    node_cost.set_defaults(handler=_node_cost)
     serve = verbs.add_parser("serve", help="HTTP streaming through the services vs the in-process engine")
     _serve_arguments(serve)
     serve.set_defaults(handler=_serve)
-    for per_category in (engine, ngram, prediction, eagle, standalone):
+    for per_category in (engine, ngram, prediction, eagle, standalone, node_cost):
         per_category.add_argument(
             "--plot",
             metavar="PATH",
@@ -170,6 +177,18 @@ def _burst_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--waves", type=positive_int, default=3, help="bursts, one after the other (default: %(default)s)"
+    )
+
+
+def _node_cost_arguments(parser: argparse.ArgumentParser) -> None:
+    """`bench ngram`'s drafter flags, without fixed costs: the costs are the subject."""
+    _ngram_drafter_arguments(parser)
+    parser.add_argument(
+        "--factors",
+        default="0,0.5,1,2,4",
+        metavar="F,F,...",
+        help="fixed node costs to run beside the measured one, as multiples of the start-up probe's"
+        " (0: every node free; default: %(default)s)",
     )
 
 
@@ -302,6 +321,12 @@ def _prefix(ns: argparse.Namespace) -> int:
 
 def _burst(ns: argparse.Namespace) -> int:
     from treespec.bench.burst_bench import run
+
+    return run(ns)
+
+
+def _node_cost(ns: argparse.Namespace) -> int:
+    from treespec.bench.node_cost_bench import run
 
     return run(ns)
 

@@ -9,14 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.unit.bench_prompts import write_prompts
+from tests.unit.bench_prompts import copy_and_qa_argv
 from treespec.bench.ngram_bench import CEILING, NgramBenchArgs, _add_ceiling, _payload, render, speculation
 from treespec.bench.prompts import BenchPrompt
 from treespec.bench.runs import GreedyCheck, NodeCost
 from treespec.bench.throughput import Tally, Throughput
 from treespec.drafter.ngram.config import NgramConfig
 from treespec.shared.cli.main import build_parser, main
-from treespec.shared.model.store import models_dir, resolve_model_path
 from treespec.verifier.request import SpeculationParams
 
 
@@ -116,15 +115,8 @@ def test_a_real_run_writes_the_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    text = "The old lighthouse keeper climbed the spiral stairs every evening to light the great lamp."
-    rows = [
-        (1, "summarization", f"Repeat this sentence word for word: {text}"),
-        (2, "qa", "Name three colours."),
-    ]
-    prompts = write_prompts(tmp_path / "prompts.jsonl", rows)
+    argv = copy_and_qa_argv(tmp_path, 24)
     out = tmp_path / "out.json"
-    model = str(resolve_model_path(None, models_dir()))
-    argv = ["--model", model, "--prompts", str(prompts), "--max-new-tokens", "24", "--threads", "2"]
     # A fixed node cost: one measured on a busy machine can leave nothing worth drafting.
     argv += ["--speculative-node-cost", "0.05"]
     plot = tmp_path / "plots" / "ngram.png"
