@@ -12,12 +12,12 @@ flag where it is not. In one run, prompt by prompt, batch size 1, temperature 0:
   start-up probe's (x0: every node free, as far as the budget goes; x1: the probe's own price, which
   `bench ngram` uses).
 
-The methods run in an order rotated from prompt to prompt, so that no method always runs first or
-right after another. Each n-gram engine has a drafter of its own and a cache salt of its own: no
-engine drafts from another's outputs. Every greedy output must equal plain decoding's (the near-tie
-rule). Per category and overall: tokens/s, each setting over plain, acceptance, and draft nodes per
-verify step; the fastest setting. The best factor near 1, or `online` within noise of the fastest,
-says the measured price is right here.
+The methods run in an order shuffled afresh for every prompt (seeded, so a rerun keeps it), so that no
+method always runs first or right after the same other one. Each n-gram engine has a drafter of its
+own and a cache salt of its own: no engine drafts from another's outputs. Every greedy output must
+equal plain decoding's (the near-tie rule). Per category and overall: tokens/s, each setting over
+plain, acceptance, and draft nodes per verify step; the fastest setting. The best factor near 1, or
+`online` within noise of the fastest, says the measured price is right here.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,7 @@ from treespec.verifier.request import SpeculationParams
 
 PLAIN = "plain"
 ONLINE = "online"  # the cost measured at start and refined from the decode steps: the default
+ORDER_SEED = 2026  # the methods' order for prompt i is shuffled with seed ORDER_SEED + i
 
 
 @dataclass(frozen=True)
@@ -132,12 +134,11 @@ def _run_prompt(
     ids: list[int],
     tally: Throughput,
 ) -> dict[str, list[int]]:
-    """Every method on one prompt, in an order rotated by the prompt's index; each one's output."""
+    """Every method on one prompt, in the prompt's own shuffled order; each one's output."""
     methods: list[tuple[str, Engine, SpeculationParams | None]] = [(PLAIN, r.plain, None)]
     methods += [(s.name, s.engine, r.speculation) for s in r.settings]
-    shift = i % len(methods)
     outputs: dict[str, list[int]] = {}
-    for name, engine, spec in methods[shift:] + methods[:shift]:
+    for name, engine, spec in random.Random(ORDER_SEED + i).sample(methods, len(methods)):
         result = runs.time_engine(
             engine,
             f"{name}-{i}",
