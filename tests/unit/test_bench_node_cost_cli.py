@@ -147,7 +147,11 @@ def test_a_real_run_writes_the_json(
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     argv = copy_and_qa_argv(tmp_path, 16)
     out = tmp_path / "out.json"
-    assert main(["bench", "node-cost", *argv, "--factors", "0,3", "--json", str(out)]) == 0
+    plot = tmp_path / "node-cost.png"
+    assert (
+        main(["bench", "node-cost", *argv, "--factors", "0,3", "--json", str(out), "--plot", str(plot)]) == 0
+    )
+    assert plot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")  # a bar per setting and category
     p = json.loads(out.read_text())
     assert set(p["per_category"]) == {"summarization", "qa"}
     assert list(p["settings"]) == ["online", "x0", "x3"]
