@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+
+import pytest
+
 from treespec.drafter.ngram.history_index import LocalMatch, RequestIndex
 from treespec.drafter.ngram.observations import ObservationCursor
 
@@ -51,6 +55,25 @@ def test_fanout_keeps_only_latest_occurrences() -> None:
     index.extend(history)
     # 5 ends at 1, 3, ..., 11; only the 2 latest starts (9, and 11: the suffix itself) are kept
     assert [m.start for m in index.matches(1)] == [9]
+
+
+@pytest.mark.parametrize(("keep", "starts"), [(1, []), (3, [7, 5]), (8, [7, 5, 3, 1])])
+def test_fanout_keeps_the_latest_positions_of_each_ngram(keep: int, starts: list[int]) -> None:
+    history = [5, 1, 5, 2, 5, 3, 5, 4, 5]  # 5 ends at 1, 3, 5, 7 and 9 (the suffix itself)
+    index = RequestIndex(1, 1, positions_per_ngram=keep)
+    index.extend(history)
+    assert [m.start for m in index.matches(1)] == starts
+
+
+def test_a_long_request_s_index_stays_out_of_the_collectors_full_passes() -> None:
+    """An index holds only values the cyclic collector stops tracking: every live request's index
+    would otherwise lengthen each full pass (about 12 objects a token; a pass stalls drafting)."""
+    gc.collect()
+    before = len(gc.get_objects())
+    index = index_of([i % 97 for i in range(5000)], max_window=12)  # each n-gram seen many times
+    gc.collect()
+    assert len(gc.get_objects()) - before < 100
+    assert index.matches(2)[0] == LocalMatch(12, 4903, (53, 54))  # 97 tokens back: the same 12-gram
 
 
 def test_observations_wait_for_full_continuations_then_flush_the_tail() -> None:
