@@ -65,8 +65,17 @@ def services_named(process: subprocess.Popen[str], name: str) -> list[psutil.Pro
     return found
 
 
+# Pace is not these tests' point, so neither the drafter's pace nor the verify cost measured as the
+# verifier starts may stop the drafts. Under a CPU hog the co-located head's first passes missed the
+# 50 ms deadline three times running, after which the verifier stopped waiting on it, and the first
+# reply drafted 7 nodes and accepted none; under two hogs the cost measured made no n-gram node worth
+# its row, and the first reply drafted nothing. A killed drafter's stream breaks at once, whatever the
+# deadline.
+SLOW_CPU = ["--draft-deadline-ms", "10000", "--speculative-node-cost", "0.02"]
+
+
 @pytest.mark.parametrize(
-    "serve", [["--speculative-algorithm", "EAGLE3", "--speculative-eagle-ngram"]], indirect=True
+    "serve", [["--speculative-algorithm", "EAGLE3", "--speculative-eagle-ngram", *SLOW_CPU]], indirect=True
 )
 def test_eagle3_with_ngram_serves_with_the_shipped_head_co_located(
     serve: tuple[subprocess.Popen[str], int],
@@ -89,15 +98,6 @@ def test_eagle3_with_ngram_serves_with_the_shipped_head_co_located(
     assert accepted > 0
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=60) == 0
-
-
-# Pace is not this test's point, so neither the drafter's pace nor the verify cost measured as the
-# verifier starts may stop the drafts. Under a CPU hog the co-located head's first passes missed the
-# 50 ms deadline three times running, after which the verifier stopped waiting on it, and the first
-# reply drafted 7 nodes and accepted none; under two hogs the cost measured made no n-gram node worth
-# its row, and the first reply drafted nothing. A killed drafter's stream breaks at once, whatever the
-# deadline.
-SLOW_CPU = ["--draft-deadline-ms", "10000", "--speculative-node-cost", "0.02"]
 
 
 @pytest.mark.parametrize(
