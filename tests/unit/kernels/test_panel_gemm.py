@@ -3,6 +3,8 @@ independence, and the loader's use of it."""
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -130,3 +132,37 @@ def test_the_loader_packs_every_matmul_into_panels_on_cpu_float32(tmp_path: Path
     assert torch.equal(w.lm_head.to_dense(), dense.lm_head)
     onednn = load_model(tmp_path, LoadOptions(panel_weights=False)).weights
     assert isinstance(onednn.lm_head, torch.Tensor) and onednn.lm_head.is_mkldnn
+
+
+def test_a_long_matmul_lets_the_other_threads_run(gemm: PanelGemm) -> None:
+    """The kernel lets go of Python's GIL while it runs (bindings.cpp), as torch's ops do: a thread that
+    wakes every millisecond keeps running through the middle of the call (with the GIL held it would wait
+    for the call to end). The product grows until one call takes 50 ms, so that the middle is long."""
+    weight = gemm.pack(torch.randn(1024, 1024))
+    rows, seconds = 64, 0.0
+    while seconds < 0.05 and rows <= 1 << 16:
+        rows *= 2
+        x = torch.randn(rows, 1024)
+        start = time.perf_counter()
+        gemm.matmul(x, weight)
+        seconds = time.perf_counter() - start
+    ticks: list[float] = []
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.is_set():
+            ticks.append(time.perf_counter())
+            time.sleep(0.001)
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    try:
+        time.sleep(0.01)
+        start = time.perf_counter()
+        gemm.matmul(x, weight)
+        end = time.perf_counter()
+    finally:
+        stop.set()
+        ticker.join()
+    quarter = (end - start) / 4
+    assert any(start + quarter < t < end - quarter for t in ticks), (end - start, len(ticks))
