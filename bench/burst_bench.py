@@ -30,11 +30,9 @@ import transformers
 
 from treespec.bench import runs
 from treespec.bench.greedy_match import hf_next_logits
-from treespec.bench.ngram_bench import DRAFTER, NgramBenchArgs, speculation
+from treespec.bench.ngram_bench import NgramBenchArgs, speculation
 from treespec.bench.prompts import BenchPrompt, chat_prompt_ids, load_prompts
 from treespec.bench.throughput import Tally, Throughput
-from treespec.shared.drafting.drafter import DrafterContext
-from treespec.shared.drafting.registry import create_drafter
 from treespec.shared.model.loader import load_model
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine, GenerationResult
@@ -88,10 +86,7 @@ def bench_burst(args: BurstBenchArgs) -> dict[str, Any]:
     ids = [chat_prompt_ids(tokenizer, p.text) for p in prompts]
     hf = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
     model = load_model(args.model)
-    context = DrafterContext(
-        vocab_size=model.config.vocab_size, target_path=args.model, options=dict(args.options)
-    )
-    drafter = create_drafter(DRAFTER, context)
+    drafter = args.drafter(model)
     spec = speculation(args.config)
     engine = Engine(_config(args, spec, ids), drafter, model)
     tally = Throughput()

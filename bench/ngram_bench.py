@@ -29,6 +29,7 @@ from treespec.drafter.ngram.config import NgramConfig
 from treespec.shared.cli.drafter import parse_options
 from treespec.shared.drafting.drafter import Drafter, DrafterContext
 from treespec.shared.drafting.registry import create_drafter
+from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.loader import load_model
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine
@@ -47,6 +48,13 @@ class NgramBenchArgs(runs.BenchArgs):
     @property
     def config(self) -> NgramConfig:
         return NgramConfig.from_options(self.options)
+
+    def drafter(self, model: CausalLM) -> Drafter:
+        """A new n-gram drafter for `model` with these options (each its own in-process memory)."""
+        context = DrafterContext(
+            vocab_size=model.config.vocab_size, target_path=self.model, options=dict(self.options)
+        )
+        return create_drafter(DRAFTER, context)
 
     @classmethod
     def _fields(cls, ns: argparse.Namespace) -> dict[str, Any]:
@@ -143,10 +151,7 @@ def _add_ceiling(
 def _load(args: NgramBenchArgs) -> _Runners:
     model = load_model(args.model)
     spec = speculation(args.config)
-    context = DrafterContext(
-        vocab_size=model.config.vocab_size, target_path=args.model, options=dict(args.options)
-    )
-    drafter = create_drafter(DRAFTER, context)
+    drafter = args.drafter(model)
     plain = Engine(EngineConfig(model_path=args.model, max_running_requests=1), None, model)
     node_cost = runs.NodeCost.for_run(args, plain, spec.num_draft_tokens)
     ngram_config = EngineConfig(

@@ -35,12 +35,11 @@ import transformers
 
 from treespec.bench import runs
 from treespec.bench.greedy_match import hf_next_logits
-from treespec.bench.ngram_bench import DRAFTER, NgramBenchArgs, speculation
+from treespec.bench.ngram_bench import NgramBenchArgs, speculation
 from treespec.bench.prompts import BenchPrompt, chat_prompt_ids, load_prompts
 from treespec.bench.report import format_table
 from treespec.bench.throughput import Tally, Throughput
-from treespec.shared.drafting.drafter import Drafter, DrafterContext
-from treespec.shared.drafting.registry import create_drafter
+from treespec.shared.drafting.drafter import Drafter
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.loader import load_model
 from treespec.verifier.engine import Engine
@@ -182,10 +181,7 @@ def _setting(
     name: str,
     cost: runs.NodeCost | None,
 ) -> _Setting:
-    context = DrafterContext(
-        vocab_size=model.config.vocab_size, target_path=args.model, options=dict(args.options)
-    )
-    drafter = create_drafter(DRAFTER, context)
+    drafter = args.drafter(model)
     engine = runs.engine(model, args.model, drafter, spec, lengths, args.max_new_tokens, cost)
     return _Setting(name, engine, drafter, None if cost is None else cost.value)
 

@@ -26,8 +26,7 @@ from treespec.bench.ngram_bench import NgramBenchArgs, speculation
 from treespec.bench.prompts import BenchPrompt, chat_prompt_ids, load_prompts
 from treespec.bench.throughput import Tally, Throughput
 from treespec.gateway.prediction import prediction_details
-from treespec.shared.drafting.drafter import Drafter, DrafterContext
-from treespec.shared.drafting.registry import create_drafter
+from treespec.shared.drafting.drafter import Drafter
 from treespec.shared.model.loader import load_model
 from treespec.verifier.engine import Engine
 from treespec.verifier.request import SpeculationParams
@@ -111,10 +110,7 @@ def _load(args: NgramBenchArgs, prompts: list[BenchPrompt]) -> _Runners:
     lengths = _prompt_lengths(tokenizer, prompts, args.max_new_tokens)
     plain = runs.engine(model, args.model, None, None, lengths, args.max_new_tokens)
     cost = runs.NodeCost.for_run(args, plain, spec.num_draft_tokens)
-    context = DrafterContext(
-        vocab_size=model.config.vocab_size, target_path=args.model, options=dict(args.options)
-    )
-    drafter = create_drafter("ngram", context)
+    drafter = args.drafter(model)
     return _Runners(
         hf=transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval(),
         tokenizer=tokenizer,
