@@ -38,7 +38,7 @@ class RequestIndex:
         history, keep, starts = self.tokens, self.positions_per_ngram, self._starts
         for w in range(self.min_window, min(self.max_window, end) + 1):
             key = tuple(history[end - w : end])
-            starts[key] = (*starts.get(key, ())[1 - keep :], end) if keep > 1 else (end,)
+            starts[key] = (*starts.get(key, ()), end)[-keep:]
 
     def matches(self, length: int, limit: int = 16) -> list[LocalMatch]:
         """Earlier occurrences of the current suffix, longest window first, then most recent first.
