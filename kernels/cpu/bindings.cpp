@@ -22,6 +22,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &treespec::rms_norm, "x [T, H] RMS-normalised per row, times weight [H]");
   m.def("rope", &treespec::rope, "x [T, heads, D] rotated by cos and sin [T, D]");
   m.def("silu_mul", &treespec::silu_mul, "gate_up [T, 2I] -> silu(gate) * up [T, I]");
+  m.def("top_logprobs", &treespec::top_logprobs, "each row's k largest log-probabilities and their indices");
   m.def("decode_layers", &treespec::decode_layers, "a run of decoder layers for a decode or verify step",
         ReleaseGil());
 }

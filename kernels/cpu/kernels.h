@@ -38,6 +38,10 @@ at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& si
 // gate_up [T, 2I] float32 -> silu(gate_up[:, :I]) * gate_up[:, I:] [T, I].
 at::Tensor silu_mul(const at::Tensor& gate_up);
 
+// logits [T, V] float32 -> {the k largest log-probabilities [T, k] best first (ties: lower index), their
+// indices [T, k] long}.
+std::vector<at::Tensor> top_logprobs(const at::Tensor& logits, int64_t k);
+
 // Layers [first, last) of a decode or verify step (decode_layers.cpp): h [T, H] float32; per layer 10
 // tensors (input norm, post-attention norm, then panels and scales of the q/k/v, output, gate/up and
 // down products; an empty tensor where a product has no scales) and 4 forms (0: panels, 1: int8

@@ -1,6 +1,6 @@
 // The forward's per-row steps between its matmuls, each in one pass over a row instead of a chain of
 // torch ops: RMSNorm (y = x / sqrt(mean(x^2) + eps) * w), the rotary embedding of HF Llama's half-split
-// convention, and the MLP's silu(gate) * up. A decode step's rows are a few hundred floats, where each
+// convention, the MLP's silu(gate) * up, and a drafting level's top-k log-probabilities. A decode step's rows are a few hundred floats, where each
 // torch op costs several microseconds of dispatch for nanoseconds of work: six ops per norm, 61 norms,
 // 30 rotations and 30 gates per forward of SmolLM2-135M. Every row is computed by the same code whatever the row count (the
 // rows are only split between threads), so a row's result does not depend on the rows beside it.
@@ -16,6 +16,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <vector>
 
 namespace {
 
@@ -134,6 +136,57 @@ at::Tensor silu_mul(const at::Tensor& gate_up) {
     }
   });
   return y;
+}
+
+// logits [T, V] float32, 1 <= k <= V -> {the k largest logits' log-probabilities (logit - logsumexp of
+// the row) [T, k], best first, ties to the lower index; their indices [T, k] long}. What topk and
+// logsumexp do as two passes of torch's, in one call: a drafting level's rows each pick their few
+// children from a draft vocabulary of thousands.
+std::vector<at::Tensor> top_logprobs(const at::Tensor& logits, int64_t k) {
+  check_rows(logits, "top_logprobs");
+  TORCH_CHECK(logits.dim() == 2 && k >= 1 && k <= logits.size(1), "top_logprobs: need logits [T, V], 1 <= k <= V");
+  const int64_t rows = logits.size(0), width = logits.size(1);
+  at::Tensor values = at::empty({rows, k}, logits.options());
+  at::Tensor indices = at::empty({rows, k}, logits.options().dtype(at::kLong));
+  const float* xs = logits.data_ptr<float>();
+  float* vs = values.data_ptr<float>();
+  int64_t* is = indices.data_ptr<int64_t>();
+  at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* x = xs + r * width;
+      float* top = vs + r * k;
+      int64_t* index = is + r * k;
+      int64_t filled = 0;
+      float largest = -std::numeric_limits<float>::infinity();
+      for (int64_t i = 0; i < width; ++i) {  // the k best so far, kept sorted: later equals go after
+        const float v = x[i];
+        largest = v > largest ? v : largest;
+        if (filled == k && !(v > top[k - 1])) continue;
+        int64_t j = filled < k ? filled++ : k - 1;
+        for (; j > 0 && v > top[j - 1]; --j) {
+          top[j] = top[j - 1];
+          index[j] = index[j - 1];
+        }
+        top[j] = v;
+        index[j] = i;
+      }
+      const vm::vec shift = vm::splat(largest);
+      vm::vec sums = vm::vec{};
+      int64_t i = 0;
+      for (; i + vm::kLanes <= width; i += vm::kLanes) sums += vm::vexp(vm::load(x + i) - shift);
+      if (i < width) {  // the tail, padded with -inf (whose exp is 0)
+        float tail[vm::kLanes];
+        for (int l = 0; l < vm::kLanes; ++l) tail[l] = -std::numeric_limits<float>::infinity();
+        std::memcpy(tail, x + i, (width - i) * sizeof(float));
+        sums += vm::vexp(vm::load(tail) - shift);
+      }
+      float sum = 0.0f;
+      for (int l = 0; l < vm::kLanes; ++l) sum += sums[l];
+      const float lse = largest + std::log(sum);
+      for (int64_t j = 0; j < k; ++j) top[j] -= lse;
+    }
+  });
+  return {values, indices};
 }
 
 }  // namespace treespec

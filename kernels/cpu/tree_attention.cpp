@@ -2,7 +2,9 @@
 // cache, in float32, reading K and V where they lie in the pool (no gather, no dense mask).
 //
 // A sequence's new rows see its cached prefix whole and, among its new tokens, what its mask allows
-// (a tree's ancestor mask, a chain's causal one). Work is split by (sequence, KV head, chunk of
+// (a tree's ancestor mask, a chain's causal one). A sequence may have more new keys than rows: an EAGLE
+// head's tree level, whose rows see the cache and, of the nodes drafted in the step so far (keys, no
+// longer queries), their own ancestors. Work is split by (sequence, KV head, chunk of
 // kChunk key positions); each work item scores every query of the KV head's group against its keys
 // with the queries in vector lanes (GQA: the group's query heads and rows side by side), takes the
 // chunk's softmax and its weighted sum of V; the chunks are merged per query at the end. Masked keys
@@ -52,8 +54,9 @@ struct Sequence {
   int64_t num_new;     // its new tokens (query rows)
   int64_t cached_len;  // keys every row sees
   int64_t slot_offset; // its kv_len slots in `slots`
-  int64_t mask_offset; // its num_new x num_new mask in `masks`
+  int64_t mask_offset; // its num_new x new_keys mask in `masks`
   int64_t out_row;     // first row of its output
+  int64_t new_keys;    // keys after the cached prefix, which the mask governs (num_new unless given)
 };
 
 struct Problem {
@@ -120,7 +123,7 @@ void score_chunk(const Problem& pb, const Sequence& s, int64_t group, int64_t fi
           ivec seen;
           _Pragma("GCC unroll 32") for (int l = 0; l < kLanes; ++l) {
             const int64_t r = qv * kLanes + l;
-            seen[l] = r < Q && column[(r / hpg) * s.num_new] ? -1 : 0;
+            seen[l] = r < Q && column[(r / hpg) * s.new_keys] ? -1 : 0;
           }
           acc[b][qv] = seen ? acc[b][qv] : neg_inf;
         }
@@ -153,7 +156,7 @@ void chunk_partials(const Problem& pb, const Sequence& s, const WorkItem& w, flo
   const int64_t Q = s.num_new * hpg;
   const int64_t QV = (Q + kLanes - 1) / kLanes;
   const int64_t QP = QV * kLanes;
-  const int64_t kv_len = s.cached_len + s.num_new;
+  const int64_t kv_len = s.cached_len + s.new_keys;
   const int64_t first = w.chunk * kChunk;
   const int64_t nk = std::min(kv_len, first + kChunk) - first;
   // Queries transposed, scaled: qt[d][r], r = row * hpg + head within the group.
@@ -252,8 +255,9 @@ void merge(const Sequence& s, int64_t group, int64_t hpg, int64_t head_dim, int6
 namespace treespec {
 
 // q [T, H, D] (last dim contiguous); k, v [S, Hkv, D] contiguous slot pools; sequences [B, 5] long:
-// (row_start, num_new, cached_len, slot_offset, mask_offset); slots: every sequence's kv_len flat
-// slots; masks: every sequence's num_new x num_new bool mask over its new tokens (row: query).
+// (row_start, num_new, cached_len, slot_offset, mask_offset), or [B, 6] with new_keys last (else
+// num_new); slots: every sequence's cached_len + new_keys flat slots; masks: every sequence's num_new x
+// new_keys bool mask over its new keys (row: query).
 // Returns [sum num_new, H * D], the sequences' rows in order.
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const at::Tensor& sequences, const at::Tensor& slots, const at::Tensor& masks,
@@ -261,7 +265,8 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   TORCH_CHECK(q.dim() == 3 && q.scalar_type() == at::kFloat && q.stride(2) == 1, "attend: bad q");
   TORCH_CHECK(k.dim() == 3 && k.is_contiguous() && k.scalar_type() == at::kFloat, "attend: bad k");
   TORCH_CHECK(v.sizes() == k.sizes() && v.is_contiguous() && v.scalar_type() == at::kFloat, "attend: bad v");
-  TORCH_CHECK(sequences.dim() == 2 && sequences.size(1) == 5 && sequences.scalar_type() == at::kLong &&
+  const int64_t columns = sequences.dim() == 2 ? sequences.size(1) : 0;
+  TORCH_CHECK((columns == 5 || columns == 6) && sequences.scalar_type() == at::kLong &&
                   sequences.is_contiguous(), "attend: bad sequences");
   TORCH_CHECK(slots.scalar_type() == at::kLong && slots.is_contiguous(), "attend: bad slots");
   TORCH_CHECK(masks.scalar_type() == at::kBool && masks.is_contiguous(), "attend: bad masks");
@@ -277,15 +282,17 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   std::vector<int64_t> first_item(B * kv_heads), chunk_count(B);
   int64_t rows = 0, partial_floats = 0;
   for (int64_t b = 0; b < B; ++b) {
-    Sequence s{seq[b * 5], seq[b * 5 + 1], seq[b * 5 + 2], seq[b * 5 + 3], seq[b * 5 + 4], rows};
+    const int64_t* row = seq + b * columns;
+    Sequence s{row[0], row[1], row[2], row[3], row[4], rows, columns == 6 ? row[5] : row[1]};
+    TORCH_CHECK(s.new_keys >= s.num_new, "attend: sequence ", b, " has fewer new keys than rows");
     TORCH_CHECK(s.num_new >= 1 && s.cached_len >= 0 && s.row_start >= 0 && s.row_start + s.num_new <= q.size(0),
                 "attend: sequence ", b, " rows out of range");
     TORCH_CHECK((s.num_new * hpg + kLanes - 1) / kLanes <= kMaxQueryVecs, "attend: at most ", kMaxQueryVecs * kLanes / hpg, " rows");
-    TORCH_CHECK(s.slot_offset >= 0 && s.slot_offset + s.cached_len + s.num_new <= slots.numel(), "attend: slots");
-    TORCH_CHECK(s.mask_offset >= 0 && s.mask_offset + s.num_new * s.num_new <= masks.numel(), "attend: masks");
+    TORCH_CHECK(s.slot_offset >= 0 && s.slot_offset + s.cached_len + s.new_keys <= slots.numel(), "attend: slots");
+    TORCH_CHECK(s.mask_offset >= 0 && s.mask_offset + s.num_new * s.new_keys <= masks.numel(), "attend: masks");
     seqs[b] = s;
     rows += s.num_new;
-    const int64_t kv_len = s.cached_len + s.num_new;
+    const int64_t kv_len = s.cached_len + s.new_keys;
     chunk_count[b] = (kv_len + kChunk - 1) / kChunk;
     for (int64_t g = 0; g < kv_heads; ++g) {
       first_item[b * kv_heads + g] = static_cast<int64_t>(items.size());

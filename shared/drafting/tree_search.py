@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from treespec.kernels.row_ops import top_logprobs
 from treespec.shared.drafting.token_tree import TokenTree, TreeBudget
 from treespec.shared.drafting.tree_value import nodes_worth_verifying
 
@@ -124,10 +125,9 @@ def ranked_children(
 ) -> tuple[list[list[int]], list[list[float]]]:
     """Each row's k most likely next tokens (through `token_ids` where the drafter's vocabulary is a
     subset of the target's) and their draft log-probabilities, best first: one top-k and one
-    log-sum-exp over the rows, read out as lists at once (`SearchTree.add_ranked`'s input)."""
-    logits = logits.float()
-    values, index = logits.topk(min(k, logits.shape[-1]), dim=-1)
-    logq = values - logits.logsumexp(dim=-1, keepdim=True)
+    log-sum-exp over the rows (one kernel call on a CPU), read out as lists at once
+    (`SearchTree.add_ranked`'s input)."""
+    logq, index = top_logprobs(logits.float(), min(k, logits.shape[-1]))
     ids = index if token_ids is None else token_ids[index]
     return ids.cpu().tolist(), logq.cpu().tolist()
 

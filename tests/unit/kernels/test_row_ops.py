@@ -1,8 +1,10 @@
-"""The fused per-row steps (RMSNorm, rotary embedding, the MLP's gate) against their torch references,
-row by row independent of the rows beside them, and the references serving where the kernels do not
-apply."""
+"""The fused per-row steps (RMSNorm, rotary embedding, the MLP's gate, a drafting level's top-k
+log-probabilities) against their torch references, row by row independent of the rows beside them, and
+the references serving where the kernels do not apply."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -15,8 +17,10 @@ from treespec.kernels.row_ops import (
     reference_rms_norm,
     reference_rope,
     reference_silu_mul,
+    reference_top_logprobs,
     rms_norm,
     silu_mul,
+    top_logprobs,
 )
 from treespec.shared.model.config import ModelConfig
 from treespec.shared.model.rope import build_rope_tables
@@ -88,6 +92,33 @@ def test_silu_mul_equals_the_reference(ops: RowOps, rows: int, width: int) -> No
     torch.testing.assert_close(got, reference_silu_mul(gate_up), rtol=2e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("rows", "width", "k"), [(1, 8192, 4), (6, 8192, 10), (3, 49152, 8), (2, 37, 37), (4, 5, 1)]
+)
+def test_top_logprobs_equal_topk_and_logsumexp(ops: RowOps, rows: int, width: int, k: int) -> None:
+    generator = torch.Generator().manual_seed(rows * width + k)
+    logits = torch.randn(rows, width, generator=generator) * 6
+    values, indices = ops.top_logprobs(logits, k)
+    want_values, want_indices = reference_top_logprobs(logits, k)
+    assert indices.dtype == torch.long and values.shape == indices.shape == (rows, k)
+    assert torch.equal(indices, want_indices)
+    torch.testing.assert_close(values, want_values, rtol=1e-6, atol=2e-6)
+    torch.testing.assert_close(values, logits.log_softmax(-1).gather(1, indices), rtol=1e-6, atol=2e-6)
+
+
+def test_top_logprobs_rank_ties_by_index_and_refuse_a_bad_k(ops: RowOps) -> None:
+    logits = torch.tensor([[0.0, 2.0, 1.0, 2.0, 2.0, -1.0]])
+    values, indices = ops.top_logprobs(logits, 4)
+    assert indices.tolist() == [[1, 3, 4, 2]]
+    assert values[0, 0] == values[0, 1] == values[0, 2] and values[0, 2] > values[0, 3]
+    assert torch.allclose(
+        values.exp().sum(), torch.tensor(3 * math.exp(2) + math.exp(1)) / logits.exp().sum()
+    )
+    for k in (0, 7):
+        with pytest.raises(RuntimeError, match="1 <= k <= V"):
+            ops.top_logprobs(logits, k)
+
+
 def test_a_rows_result_does_not_depend_on_the_rows_beside_it(ops: RowOps) -> None:
     """A verify step's rows equal the decode step's bit for bit, also past the rows a thread takes."""
     generator = torch.Generator().manual_seed(2)
@@ -100,6 +131,10 @@ def test_a_rows_result_does_not_depend_on_the_rows_beside_it(ops: RowOps) -> Non
         assert torch.equal(ops.rms_norm(x[i : i + 1], weight, 1e-5), norms[i : i + 1])
         assert torch.equal(ops.rope(q[i : i + 1], cos[i : i + 1], sin[i : i + 1]), rotated[i : i + 1])
         assert torch.equal(ops.silu_mul(gate_up[i : i + 1]), gated[i : i + 1])
+    logits = torch.randn(150, 300, generator=generator)
+    values, _ = ops.top_logprobs(logits, 5)
+    for i in (0, 63, 64, 149):
+        assert torch.equal(ops.top_logprobs(logits[i : i + 1], 5)[0], values[i : i + 1])
 
 
 def test_the_references_serve_other_dtypes_and_autograd(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -118,6 +153,10 @@ def test_the_references_serve_other_dtypes_and_autograd(monkeypatch: pytest.Monk
             called.append("silu_mul")
             return super().silu_mul(gate_up)
 
+        def top_logprobs(self, logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+            called.append("top_logprobs")
+            return super().top_logprobs(logits, k)
+
     built = build_row_ops()
     assert built is not None
     monkeypatch.setattr(row_ops, "row_ops", lambda: Recording(built.module))
@@ -126,8 +165,10 @@ def test_the_references_serve_other_dtypes_and_autograd(monkeypatch: pytest.Monk
     rms_norm(x, weight, 1e-5)
     apply_rope(q, cos, sin)
     silu_mul(x)
-    assert called == ["rms_norm", "rope", "silu_mul"]
+    top_logprobs(x, 2)
+    assert called == ["rms_norm", "rope", "silu_mul", "top_logprobs"]
     called.clear()
+    top_logprobs(x.double(), 2)
     rms_norm(x.to(torch.bfloat16), weight.to(torch.bfloat16), 1e-5)
     apply_rope(q.double(), cos.double(), sin.double())
     silu_mul(x.requires_grad_())

@@ -143,3 +143,45 @@ def test_the_backend_sends_decodes_and_trees_to_the_kernel_and_prefills_to_the_p
     got = with_kernel.attend(plan, 0, q, k, v, cache)
     want = sdpa.attend(sdpa_plan, 0, q, k, v, cache)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("cached", [0, 5, 300])
+@pytest.mark.parametrize(("rows", "earlier"), [(1, 0), (1, 3), (4, 4), (4, 9)])
+def test_rows_see_earlier_new_keys_as_their_mask_says(
+    kernel: TreeAttention, cached: int, rows: int, earlier: int
+) -> None:
+    """An EAGLE tree level: rows after `earlier` new keys (the step's expanded nodes) that each row sees
+    or not; sequences given with a sixth column, new_keys."""
+    k, v = _pools(3, 64, cached + rows + earlier)
+    g = torch.Generator().manual_seed(cached * 10 + rows + earlier)
+    new_keys = earlier + rows
+    slots = torch.randperm(SLOTS, generator=g)[: cached + new_keys]
+    mask = torch.rand(rows, new_keys, generator=g) < 0.5
+    mask[:, earlier:] = torch.eye(rows, dtype=torch.bool)  # each row sees itself among the rows
+    q = torch.randn(rows, 9, 64, generator=g)
+    sequences = torch.tensor([[0, rows, cached, 0, 0, new_keys]])
+    got = kernel.module.attend(q, k, v, sequences, slots, mask.flatten().contiguous(), 64**-0.5)
+    full = torch.cat([torch.ones(rows, cached, dtype=torch.bool), mask], dim=1)
+    keys, values = k[slots].transpose(0, 1)[None], v[slots].transpose(0, 1)[None]
+    want = (
+        torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(0, 1)[None], keys, values, attn_mask=full[None, None], enable_gqa=True
+        )[0]
+        .transpose(0, 1)
+        .flatten(1)
+    )
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    if earlier == 0:  # five columns: new keys are the rows
+        five = sequences[:, :5].contiguous()
+        assert torch.equal(
+            kernel.module.attend(q, k, v, five, slots, mask.flatten().contiguous(), 64**-0.5), got
+        )
+
+
+def test_fewer_new_keys_than_rows_are_refused(kernel: TreeAttention) -> None:
+    k, v = _pools(3, 64, 1)
+    sequences = torch.tensor([[0, 3, 4, 0, 0, 2]])
+    with pytest.raises(RuntimeError, match="fewer new keys than rows"):
+        kernel.module.attend(
+            torch.randn(3, 9, 64), k, v, sequences, torch.arange(6), torch.ones(6, dtype=torch.bool), 0.125
+        )
