@@ -3,7 +3,7 @@
 
 #include "kernels.h"
 
-// The kernels that run for milliseconds (a forward's matmuls, attention, a decode step's layers) let go
+// The kernels that run for milliseconds (a forward's matmuls, attention, a decode step's layers, an EAGLE head's pass) let go
 // of Python's GIL while they run, as torch's own ops do: the process's other threads (the verifier's
 // gRPC loop that streams the outputs and takes new requests) run meanwhile instead of waiting for the
 // whole call. They touch no Python object; pybind converts the arguments before and the result after.
@@ -24,5 +24,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("silu_mul", &treespec::silu_mul, "gate_up [T, 2I] -> silu(gate) * up [T, I]");
   m.def("top_logprobs", &treespec::top_logprobs, "each row's k largest log-probabilities and their indices");
   m.def("decode_layers", &treespec::decode_layers, "a run of decoder layers for a decode or verify step",
+        ReleaseGil());
+  m.def("eagle_pass", &treespec::eagle_pass, "one pass of an EAGLE head's layer over a drafting level's rows",
         ReleaseGil());
 }

@@ -40,6 +40,16 @@ at::Tensor product(const at::Tensor& x, const at::Tensor& panels, const at::Tens
 
 namespace treespec {
 
+HeadRows rotated_heads(const at::Tensor& qkv, int64_t num_heads, int64_t num_kv_heads, int64_t head_dim,
+                       const at::Tensor& cos, const at::Tensor& sin, const char* what) {
+  const int64_t qk_width = (num_heads + num_kv_heads) * head_dim, kv_width = num_kv_heads * head_dim;
+  TORCH_CHECK(qkv.size(1) == qk_width + kv_width, what, ": q/k/v width");
+  const at::Tensor qk = qkv.narrow(1, 0, qk_width).view({-1, num_heads + num_kv_heads, head_dim});
+  const at::Tensor rotated = rope(qk.contiguous(), cos, sin);
+  return {rotated.narrow(1, 0, num_heads), rotated.narrow(1, num_heads, num_kv_heads),
+          qkv.narrow(1, qk_width, kv_width).view({-1, num_kv_heads, head_dim})};
+}
+
 at::Tensor decode_layers(const at::Tensor& h_in, int64_t first, int64_t last, const std::vector<at::Tensor>& tensors,
                          const std::vector<int64_t>& forms, const at::Tensor& cos, const at::Tensor& sin,
                          const at::Tensor& k_pool, const at::Tensor& v_pool, const at::Tensor& write_slots,
@@ -51,18 +61,13 @@ at::Tensor decode_layers(const at::Tensor& h_in, int64_t first, int64_t last, co
               "decode_layers: need ", kTensorsPerLayer, " tensors and ", kProductsPerLayer, " forms a layer");
   TORCH_CHECK(0 <= first && first <= last && last <= layers && last <= k_pool.size(0) && last <= v_pool.size(0),
               "decode_layers: layers out of range");
-  const int64_t qk_width = (num_heads + num_kv_heads) * head_dim, kv_width = num_kv_heads * head_dim;
   at::Tensor h = h_in;
   for (int64_t i = first; i < last; ++i) {
     const at::Tensor* t = tensors.data() + i * kTensorsPerLayer;
     const int64_t* f = forms.data() + i * kProductsPerLayer;
-    const at::Tensor qkv = product(rms_norm(h, t[0], eps), t[2], t[3], f[0]);
-    TORCH_CHECK(qkv.size(1) == qk_width + kv_width, "decode_layers: q/k/v width");
-    const at::Tensor qk = qkv.narrow(1, 0, qk_width).view({-1, num_heads + num_kv_heads, head_dim});
-    const at::Tensor v = qkv.narrow(1, qk_width, kv_width).view({-1, num_kv_heads, head_dim});
-    const at::Tensor rotated = rope(qk.contiguous(), cos, sin);
-    const at::Tensor q = rotated.narrow(1, 0, num_heads);
-    const at::Tensor k = rotated.narrow(1, num_heads, num_kv_heads);
+    const HeadRows heads = rotated_heads(product(rms_norm(h, t[0], eps), t[2], t[3], f[0]), num_heads, num_kv_heads,
+                                         head_dim, cos, sin, "decode_layers");
+    const at::Tensor &q = heads.q, &k = heads.k, &v = heads.v;
     at::Tensor k_flat = k_pool.select(0, i).flatten(0, 1);
     at::Tensor v_flat = v_pool.select(0, i).flatten(0, 1);
     k_flat.index_copy_(0, write_slots, k);

@@ -1,5 +1,5 @@
 // The CPU kernels' entry points (panel_gemm.cpp, tree_attention.cpp, prefill_attention.cpp,
-// row_ops.cpp, decode_layers.cpp), bound for Python in bindings.cpp: one extension of all of them, its sources compiled
+// row_ops.cpp, decode_layers.cpp, eagle_pass.cpp), bound for Python in bindings.cpp: one extension of all of them, its sources compiled
 // side by side. The kernels include ATen's headers only; torch's Python bindings are compiled once, in
 // bindings.cpp.
 #pragma once
@@ -42,6 +42,14 @@ at::Tensor silu_mul(const at::Tensor& gate_up);
 // indices [T, k] long}.
 std::vector<at::Tensor> top_logprobs(const at::Tensor& logits, int64_t k);
 
+// A q/k/v product's rows [T, (heads + 2 kv heads) * D] split into heads, the query and key heads rotated
+// together (decode_layers.cpp): q [T, heads, D] and k [T, kv heads, D] views of the rotated rows, v a view.
+struct HeadRows {
+  at::Tensor q, k, v;
+};
+HeadRows rotated_heads(const at::Tensor& qkv, int64_t num_heads, int64_t num_kv_heads, int64_t head_dim,
+                       const at::Tensor& cos, const at::Tensor& sin, const char* what);
+
 // Layers [first, last) of a decode or verify step (decode_layers.cpp): h [T, H] float32; per layer 10
 // tensors (input norm, post-attention norm, then panels and scales of the q/k/v, output, gate/up and
 // down products; an empty tensor where a product has no scales) and 4 forms (0: panels, 1: int8
@@ -52,5 +60,19 @@ at::Tensor decode_layers(const at::Tensor& h_in, int64_t first, int64_t last, co
                          const at::Tensor& k_pool, const at::Tensor& v_pool, const at::Tensor& write_slots,
                          const at::Tensor& sequences, const at::Tensor& slots, const at::Tensor& masks,
                          int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, double eps, double scale);
+
+// One pass of an EAGLE head's layer (eagle_pass.cpp): embeds [T, H] and hidden [T, W] float32 (W: EAGLE-3's
+// fc input, or H for the head's own output; EAGLE-2: H); 16 tensors (fc panels, scales, bias; EAGLE-3's
+// input and hidden norms; q/k/v panels, scales, bias; output panels, scales; post-attention norm;
+// gate/up panels, scales; down panels, scales; EAGLE-3's final norm; an empty tensor where the head has
+// none); cos, sin [T, D]; per group of rows (a request's) its draft K and V caches [capacity, kv heads,
+// D], written in place; groups [G, 3] long (rows, cached keys, the step's earlier rows); masks: each
+// group's rows x (earlier rows + rows) bool, flattened and concatenated -> {output, what the lm_head
+// reads} [T, H].
+std::vector<at::Tensor> eagle_pass(const at::Tensor& embeds, const at::Tensor& hidden,
+                                   const std::vector<at::Tensor>& tensors, const at::Tensor& cos, const at::Tensor& sin,
+                                   const std::vector<at::Tensor>& k_caches, const std::vector<at::Tensor>& v_caches,
+                                   const at::Tensor& groups, const at::Tensor& masks, int64_t num_heads,
+                                   int64_t num_kv_heads, int64_t head_dim, double eps);
 
 }  // namespace treespec

@@ -31,13 +31,18 @@ class DraftKV:
         keys and values of the cache and of every scratch row up to these, to attend to."""
         start = self.length + offset
         end = start + k.shape[0]
-        if end > self.k.shape[0]:
-            size = max(end, 2 * self.k.shape[0])
-            self.k = _grown(self.k, size, start)
-            self.v = _grown(self.v, size, start)
+        self.reserve(end)
         self.k[start:end] = k
         self.v[start:end] = v
         return self.k[:end], self.v[:end]
+
+    def reserve(self, end: int) -> None:
+        """Room for rows up to `end` (cache and scratch rows), the rows before it kept."""
+        if end > self.k.shape[0]:
+            size = max(end, 2 * self.k.shape[0])
+            used = min(end, self.k.shape[0])
+            self.k = _grown(self.k, size, used)
+            self.v = _grown(self.v, size, used)
 
     def keep(self, rows: int) -> None:
         """The first `rows` scratch rows join the cache."""

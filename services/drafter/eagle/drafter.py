@@ -21,6 +21,7 @@ from treespec.drafter.eagle.config import EagleConfig
 from treespec.drafter.eagle.draft_state import DraftKV, DraftState
 from treespec.drafter.eagle.head import EagleHead, HeadOutput, attend, attend_rows
 from treespec.drafter.eagle.head_config import EagleFormat
+from treespec.drafter.eagle.native_pass import NativePass, PassRows
 from treespec.drafter.eagle.token_map import load_token_map, restricted_lm_head
 from treespec.drafter.merged.drafter import MergedDrafter
 from treespec.drafter.ngram.drafter import NgramDrafter
@@ -43,7 +44,7 @@ class _Rows:
     state: DraftState
     count: int
     offset: int  # scratch rows before these in the draft cache: the tree nodes expanded earlier
-    mask: torch.Tensor  # [count, cache + offset + count] bool
+    mask: torch.Tensor  # [count, offset + count] bool: which scratch rows each row sees (the cache: all)
 
 
 class EagleDrafter(Drafter):
@@ -58,6 +59,7 @@ class EagleDrafter(Drafter):
         self.config = config
         self._requests: dict[str, DraftState] = {}
         self._generator = torch.Generator().manual_seed(config.seed) if config.draft_probs else None
+        self._native = NativePass.of(head)  # the head's pass in one native call, where it runs
         self._vocab_ids = head.draft_to_target() if head.config.is_eagle3 else None
         self._lm_head: HeadWeight | None = None if head.config.is_eagle3 else target.lm_head
         if config.token_map and not head.config.is_eagle3:
@@ -189,9 +191,7 @@ class EagleDrafter(Drafter):
             ids.append(torch.tensor(state.tokens[start + 1 : start + 1 + n], dtype=torch.long))
             hidden.append(rows)
             positions.append(torch.arange(start, start + n))
-            causal = torch.ones(n, n, dtype=torch.bool).tril()
-            mask = torch.cat([torch.ones(n, state.kv.length, dtype=torch.bool), causal], dim=1)
-            groups.append(_Rows(state, n, 0, mask))
+            groups.append(_Rows(state, n, 0, torch.ones(n, n, dtype=torch.bool).tril()))
         out = self._run(torch.cat(ids), torch.cat(hidden), torch.cat(positions), groups)
         last_rows, at = [], 0
         for (state, (start, _rows)), group in zip(work, groups, strict=True):
@@ -242,8 +242,8 @@ class EagleDrafter(Drafter):
         expanded: list[int],
     ) -> _Rows:
         """Each node attends to the cache, its expanded ancestors (the scratch rows before it, in the
-        order expanded), and itself. The mask is made from Python lists at once: a tensor written entry
-        by entry cost about 0.1 ms a level."""
+        order expanded), and itself. The mask (of the scratch rows) is made from Python lists at once:
+        a tensor written entry by entry cost about 0.1 ms a level."""
         n = len(nodes)
         rows = []
         for r, node in enumerate(nodes):
@@ -253,26 +253,49 @@ class EagleDrafter(Drafter):
                 ancestors.add(a)
                 a = tree.parents[a]
             rows.append([e in ancestors for e in expanded] + [j == r for j in range(n)])
-        mask = torch.cat([torch.ones(n, state.kv.length, dtype=torch.bool), torch.tensor(rows)], dim=1)
-        return _Rows(state, n, len(expanded), mask)
+        return _Rows(state, n, len(expanded), torch.tensor(rows, dtype=torch.bool))
 
     def _run(
         self, ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor, groups: list[_Rows]
     ) -> HeadOutput:
         """One batched head pass; each request's rows are written into its draft cache's scratch rows
-        and attend to the cache and the scratch rows before them."""
+        and attend to the cache and the scratch rows before them: in one native call where it serves
+        (native_pass.py), else through the head's torch modules."""
         device = self.target.embed.device
         embeds = self.target.embed[ids.to(device)]
-        li = self.head.layer_input(embeds, hidden.to(device, embeds.dtype))
+        hidden = hidden.to(device, embeds.dtype)
+        native = self._native
+        if native is not None and native.serves([g.count for g in groups]):
+            return native.run(
+                embeds, hidden, *self._rope_rows(positions, embeds.dtype), self._pass_rows(groups)
+            )
+        li = self.head.layer_input(embeds, hidden)
         qkv = self.head.qkv(li.attn_in, positions.to(device))
         outs, at = [], 0
         for g in groups:
             rows = slice(at, at + g.count)
             keys, values = g.state.kv.write(g.offset, qkv.k[rows], qkv.v[rows])
+            cache = torch.ones(g.count, g.state.kv.length, dtype=torch.bool)
+            mask = torch.cat([cache, g.mask], dim=1).to(device)
             rows_attend = attend_rows if g.count <= FEW_ROWS else attend
-            outs.append(rows_attend(qkv.q[rows], keys, values, g.mask.to(device)))
+            outs.append(rows_attend(qkv.q[rows], keys, values, mask))
             at += g.count
         return self.head.finish(li.residual, torch.cat(outs))
+
+    def _rope_rows(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin [T, head_dim] of the rows' positions."""
+        rope = self.head.rope
+        return rope.cos[positions].to(dtype), rope.sin[positions].to(dtype)
+
+    @staticmethod
+    def _pass_rows(groups: list[_Rows]) -> list[PassRows]:
+        """The native pass's view of the groups, each draft cache grown to hold its rows first."""
+        rows = []
+        for g in groups:
+            kv = g.state.kv
+            kv.reserve(kv.length + g.offset + g.count)
+            rows.append(PassRows(kv.k, kv.v, g.count, kv.length, g.offset, g.mask))
+        return rows
 
     def _logprobs(self, for_logits: torch.Tensor) -> torch.Tensor:
         return self.head.logits(for_logits, self._lm_head).float().log_softmax(dim=-1).cpu()
