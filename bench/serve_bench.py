@@ -31,6 +31,7 @@ from treespec.bench.runs import ratio
 from treespec.shared.cli.serve import ServeConfig, services
 from treespec.shared.drafting.drafter import DrafterContext
 from treespec.shared.drafting.registry import create_drafter
+from treespec.shared.drafting.target_access import LocalTargetAccess
 from treespec.shared.launcher.supervisor import Supervisor
 from treespec.shared.model.store import models_dir, resolve_model_path
 from treespec.verifier.config import EngineConfig
@@ -154,7 +155,12 @@ def _engine_tps(args: ServeBenchArgs, prompt_ids: list[list[int]]) -> float:
 
 
 def _context(args: ServeBenchArgs, engine: Engine) -> DrafterContext:
-    return DrafterContext(vocab_size=engine.model.config.vocab_size, target_path=args.model)
+    """The engine's target for drafters that read it (EAGLE, in process as `treespec verifier` runs it)."""
+    return DrafterContext(
+        vocab_size=engine.model.config.vocab_size,
+        target_path=args.model,
+        target=LocalTargetAccess(engine.model),
+    )
 
 
 async def _stream(client: Any, model: str, prompt: BenchPrompt, max_tokens: int) -> StreamTiming:

@@ -8,8 +8,11 @@ import json
 from pathlib import Path
 
 import pytest
+import transformers
 
-from treespec.shared.cli.main import main
+from treespec.bench.prompts import chat_prompt_ids
+from treespec.bench.serve_bench import ServeBenchArgs, _engine_tps
+from treespec.shared.cli.main import build_parser, main
 
 pytestmark = pytest.mark.slow
 PROMPTS = [
@@ -47,3 +50,15 @@ def test_bench_serve_compares_the_stacks(
     assert "local_vs_grpc" not in figures  # no gRPC stack asked for (its wiring: tests/unit)
     table = capsys.readouterr().out
     assert "HTTP: NGRAM, drafter over a local socket" in table and "HTTP: plain decoding" in table
+
+
+def test_the_in_process_engine_drafts_with_eagle3(smollm_path: Path, tmp_path: Path) -> None:
+    """The run's in-process engine hands an EAGLE drafter its target (it once failed before any stack
+    started: "the EAGLE drafter reads the target")."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps(PROMPTS[0]) + "\n")
+    argv = ["bench", "serve", "--model", str(smollm_path), "--prompts", str(prompts), "--max-new-tokens", "6"]
+    ns = build_parser().parse_args([*argv, "--speculative-algorithm", "EAGLE3"])
+    args = ServeBenchArgs.from_namespace(ns)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(smollm_path)
+    assert _engine_tps(args, [chat_prompt_ids(tokenizer, "Name three rivers in Europe.")]) > 0
