@@ -26,7 +26,7 @@ from treespec.bench.greedy_match import hf_next_logits
 from treespec.bench.prompts import BenchPrompt, chat_prompt_ids, load_prompts
 from treespec.bench.throughput import Tally, Throughput
 from treespec.drafter.ngram.config import NgramConfig
-from treespec.shared.cli.drafter import parse_options
+from treespec.shared.cli.plugin_flags import parse_options
 from treespec.shared.drafting.drafter import Drafter, DrafterContext
 from treespec.shared.drafting.registry import create_drafter
 from treespec.shared.model.causal_lm import CausalLM

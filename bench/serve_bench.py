@@ -5,9 +5,11 @@ Batch size 1: one streaming request at a time (tokens/s, time to first token, in
 then `--concurrency` concurrent streams (aggregate tokens/s). Temperature 0, speculation as `treespec
 serve` runs it. Beside that stack (its drafter linked over a local socket), the run can serve the
 same prompts through a stack whose Draft stream goes over gRPC (`--drafter-links local,grpc`: what a
-drafter replica on another host costs) and through a stack decoding plainly (on unless `--no-plain`
-or NONE): their stacks are all up at once and take the batch-1 prompts in turns, prompt by prompt, so
-that the ratios between them come from one stretch of time on the machine.
+drafter replica on another host costs), through a stack whose drafter runs inside the verifier's
+process (`in-process`: `treespec serve --drafter-in-process`) and through a stack decoding plainly
+(on unless `--no-plain` or NONE): their stacks are all up at once and take the batch-1 prompts in
+turns, prompt by prompt, so that the ratios between them come from one stretch of time on the
+machine.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine
 from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
 
-LOCAL, GRPC, PLAIN = "local", "grpc", "plain"  # the stacks: how the drafter is linked, or none
-DRAFTER_LINKS = (LOCAL, GRPC)
+LOCAL, GRPC, IN_PROCESS, PLAIN = "local", "grpc", "in-process", "plain"  # how the drafter is linked, or none
+DRAFTER_LINKS = (LOCAL, GRPC, IN_PROCESS)
 
 
 @dataclass(frozen=True)
@@ -125,10 +127,12 @@ def bench_serve(args: ServeBenchArgs) -> dict[str, Any]:
 
 
 def stack_config(args: ServeBenchArgs, stack: str) -> ServeConfig:
-    """As `treespec serve` runs it (LOCAL), with the drafter's Draft stream over gRPC (GRPC), or
-    decoding plainly (PLAIN)."""
+    """As `treespec serve` runs it (LOCAL), with the drafter's Draft stream over gRPC (GRPC), with the
+    drafter in the verifier's process (IN_PROCESS), or decoding plainly (PLAIN)."""
     if stack == PLAIN:
         return ServeConfig.on_free_ports(args.model, "NONE")
+    if stack == IN_PROCESS:
+        return ServeConfig.on_free_ports(args.model, args.algorithm, drafter_in_process=True)
     if stack == GRPC:
         return ServeConfig.on_free_ports(args.model, args.algorithm, draft_socket=None)
     return ServeConfig.on_free_ports(args.model, args.algorithm)
@@ -258,6 +262,11 @@ def _payload(
         plain = paths[PLAIN]
         payload["serve_vs_plain"] = ratio(served["tps"], plain["tps"])
         payload["concurrent_vs_plain"] = ratio(served["concurrent_tps"], plain["concurrent_tps"])
+    if LOCAL in paths and IN_PROCESS in paths:
+        payload["in_process_vs_local"] = ratio(paths[IN_PROCESS]["tps"], paths[LOCAL]["tps"])
+        payload["in_process_vs_local_concurrent"] = ratio(
+            paths[IN_PROCESS]["concurrent_tps"], paths[LOCAL]["concurrent_tps"]
+        )
     if LOCAL in paths and GRPC in paths:
         payload["local_vs_grpc"] = ratio(paths[LOCAL]["tps"], paths[GRPC]["tps"])
         payload["local_vs_grpc_concurrent"] = ratio(
@@ -276,7 +285,12 @@ def _payload(
     return payload
 
 
-STACK_NAMES = {LOCAL: "drafter over a local socket", GRPC: "drafter over gRPC", PLAIN: "plain decoding"}
+STACK_NAMES = {
+    LOCAL: "drafter over a local socket",
+    GRPC: "drafter over gRPC",
+    IN_PROCESS: "drafter in the verifier's process",
+    PLAIN: "plain decoding",
+}
 
 
 def render(p: dict[str, Any]) -> str:
@@ -296,6 +310,11 @@ def render(p: dict[str, Any]) -> str:
         lines.append(
             f"service path, {algorithm} / plain: {p['serve_vs_plain']:.2f}x at batch 1,"
             f" {p['concurrent_vs_plain']:.2f}x at {c} concurrent"
+        )
+    if "in_process_vs_local" in p:
+        lines.append(
+            f"drafter in process / over a local socket: {p['in_process_vs_local']:.2f}x at batch 1,"
+            f" {p['in_process_vs_local_concurrent']:.2f}x at {c} concurrent"
         )
     if "local_vs_grpc" in p:
         lines.append(

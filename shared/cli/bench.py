@@ -125,8 +125,9 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
         default="local",
         metavar="LINKS",
         help="the speculative stacks, by how the verifier reaches its drafter: local (a local socket, "
-        "as treespec serve runs it), grpc (gRPC over loopback, as a drafter on another host), or "
-        "local,grpc for both, prompt by prompt (default: local)",
+        "as treespec serve runs it), grpc (gRPC over loopback, as a drafter on another host), "
+        "in-process (inside the verifier: treespec serve --drafter-in-process), or several, "
+        "comma-separated, prompt by prompt (default: local)",
     )
     parser.add_argument(
         "--no-plain", action="store_true", help="no stack decoding plainly beside the speculative ones"

@@ -7,10 +7,14 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
 
 from treespec.shared.cli.arg_types import port, positive_int
-from treespec.shared.cli.plugin_flags import add_plugin_arguments, plugin_options
+from treespec.shared.cli.plugin_flags import (
+    add_option_argument,
+    add_plugin_arguments,
+    parse_options,
+    plugin_options,
+)
 
 DEFAULT_PORT = 50061
 
@@ -29,13 +33,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--port", type=port, default=DEFAULT_PORT, help="0: any free port (default: %(default)s)"
     )
-    parser.add_argument(
-        "--option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a plugin option (repeatable); VALUE is read as JSON when it parses, else as a string",
-    )
+    add_option_argument(parser)
     parser.add_argument(
         "--colocate",
         default=None,
@@ -96,20 +94,6 @@ def _drafter(args: argparse.Namespace) -> int:
     except (ColocationError, SharedTensorError, SocketInUseError) as exc:  # --colocate, --local-socket
         print(f"treespec drafter: error: {exc}", file=sys.stderr)
         return 1
-
-
-def parse_options(pairs: list[str]) -> dict[str, Any]:
-    """`key=value` pairs; values as JSON where they parse (numbers, booleans, lists), else strings."""
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--option wants KEY=VALUE, got {pair!r}")
-        try:
-            options[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            options[key] = raw
-    return options
 
 
 def read_vocab_size(model_path: Path) -> int:

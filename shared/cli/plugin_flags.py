@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 from treespec.shared.cli.eagle_flags import EAGLE_ALGORITHMS, add_eagle_arguments, eagle_options
@@ -18,6 +19,31 @@ def add_plugin_arguments(parser: argparse.ArgumentParser) -> None:
     add_ngram_arguments(parser)
     add_eagle_arguments(parser)
     add_standalone_arguments(parser)
+
+
+def add_option_argument(parser: argparse.ArgumentParser) -> None:
+    """`--option KEY=VALUE`: any plugin option by its field name (`parse_options`)."""
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a plugin option (repeatable); VALUE is read as JSON when it parses, else as a string",
+    )
+
+
+def parse_options(pairs: list[str]) -> dict[str, Any]:
+    """`key=value` pairs; values as JSON where they parse (numbers, booleans, lists), else strings."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--option wants KEY=VALUE, got {pair!r}")
+        try:
+            options[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            options[key] = raw
+    return options
 
 
 def plugin_options(ns: argparse.Namespace, algorithm: str | None) -> dict[str, Any]:

@@ -78,6 +78,8 @@ class ServeConfig:
     # For every drafter: its local Draft stream socket, in such a directory (beside the co-location
     # socket where there is one). The verifier beside it links to it there instead of over gRPC.
     draft_socket: Path | None = None
+    # The drafter inside the verifier's process (no drafter process, no sockets between them).
+    drafter_in_process: bool = False
 
     @classmethod
     def on_free_ports(
@@ -98,7 +100,8 @@ class ServeConfig:
             served_model_name=None,
             verifier_metrics_port=None,
         )
-        defaults.update(drafter_sockets(algorithm))
+        if not overrides.get("drafter_in_process"):
+            defaults.update(drafter_sockets(algorithm))
         return cls(model_path=model_path, algorithm=algorithm, **{**defaults, **overrides})
 
     @property
@@ -167,6 +170,13 @@ def add_serve_arguments(p: argparse.ArgumentParser, listening: bool = True) -> N
         help=f"how long the verifier waits for a step's drafts (default: {DRAFT_DEADLINE_MS}; "
         f"STANDALONE: {MODEL_DRAFT_DEADLINE_MS})",
     )
+    p.add_argument(
+        "--drafter-in-process",
+        action="store_true",
+        help="run the drafter inside the verifier's process instead of as a process of its own: no "
+        "round trip between the two (on a CPU of a few cores they also stop taking turns on them); "
+        "the drafter then neither restarts nor scales on its own",
+    )
     p.add_argument("--served-model-name", default=None)
     add_engine_arguments(p)
     add_profile_argument(p)
@@ -198,7 +208,7 @@ def serve_config(ns: argparse.Namespace) -> ServeConfig:
         budget = resolve_budget(ns, ns.speculative_algorithm, options)
         parser = tool_call_parser(ns)
         chat_template(ns)  # a template that cannot work stops serve before anything starts
-        colocated = ns.speculative_algorithm.lower() in COLOCATED_ALGORITHMS
+        colocated = ns.speculative_algorithm.lower() in COLOCATED_ALGORITHMS and not ns.drafter_in_process
         device_problem = colocation_device_problem(ns.device) if colocated else None
         if device_problem is not None:
             raise ValueError(device_problem)
@@ -230,8 +240,23 @@ def serve_config(ns: argparse.Namespace) -> ServeConfig:
         drafter_options=options,
         node_cost=budget.node_cost,
         tree_cost=budget.tree_cost,
-        **drafter_sockets(ns.speculative_algorithm),
+        drafter_in_process=ns.drafter_in_process,
+        **({} if ns.drafter_in_process else drafter_sockets(ns.speculative_algorithm)),
     )
+
+
+def _budget_arguments(c: ServeConfig) -> list[str]:
+    """The verifier's tree budget and verify costs."""
+    out = [
+        "--speculative-num-steps", str(c.num_steps),
+        "--speculative-eagle-topk", str(c.eagle_topk),
+        "--speculative-num-draft-tokens", str(c.num_draft_tokens),
+    ]  # fmt: skip
+    if c.node_cost is not None:
+        out += ["--speculative-node-cost", str(c.node_cost)]
+    if c.tree_cost is not None:
+        out += ["--speculative-tree-cost", str(c.tree_cost)]
+    return out
 
 
 def services(c: ServeConfig) -> list[ServiceProcess]:
@@ -242,7 +267,10 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
     drafter_address = f"127.0.0.1:{c.drafter_port}"
     out: list[ServiceProcess] = []
     verifier = ["verifier", *model, "--port", str(c.verifier_port)]
-    if c.speculative:
+    if c.speculative and c.drafter_in_process:
+        verifier += ["--speculative-algorithm", c.algorithm, *_budget_arguments(c)]
+        verifier += option_arguments(c.drafter_options)
+    elif c.speculative:
         drafter = ["drafter", "--kind", c.algorithm, *model, "--port", str(c.drafter_port)]
         drafter += option_arguments(c.drafter_options)
         link_address = drafter_address
@@ -256,17 +284,8 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
             link_address = local_address(c.draft_socket)
         # Not essential: if it dies, the verifier decodes plainly until the supervisor restarts it.
         out.append(ServiceProcess("drafter", drafter, lambda: grpc_serving(drafter_address), essential=False))
-        verifier += [
-            "--drafter-address", link_address,
-            "--draft-deadline-ms", str(c.draft_deadline_ms),
-            "--speculative-num-steps", str(c.num_steps),
-            "--speculative-eagle-topk", str(c.eagle_topk),
-            "--speculative-num-draft-tokens", str(c.num_draft_tokens),
-        ]  # fmt: skip
-        if c.node_cost is not None:
-            verifier += ["--speculative-node-cost", str(c.node_cost)]
-        if c.tree_cost is not None:
-            verifier += ["--speculative-tree-cost", str(c.tree_cost)]
+        verifier += ["--drafter-address", link_address, "--draft-deadline-ms", str(c.draft_deadline_ms)]
+        verifier += _budget_arguments(c)
     else:
         verifier += ["--speculative-algorithm", "NONE"]
     if c.verifier_metrics_port is not None:

@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING
 
 from treespec.shared.cli.arg_types import port, positive_float
 from treespec.shared.cli.engine_flags import EngineFlags, add_engine_arguments
-from treespec.shared.cli.plugin_flags import add_plugin_arguments, check_plugin_options, plugin_options
+from treespec.shared.cli.plugin_flags import (
+    add_option_argument,
+    add_plugin_arguments,
+    check_plugin_options,
+    parse_options,
+    plugin_options,
+)
 from treespec.shared.cli.speculation_flags import add_budget_arguments, resolve_budget
 from treespec.shared.cli.speculative_config import add_speculative_config_argument
 
@@ -91,6 +97,7 @@ def _speculation_arguments(p: argparse.ArgumentParser) -> None:
         "or CUDA)",
     )
     add_plugin_arguments(p)
+    add_option_argument(p)  # as `treespec drafter` takes them, for the in-process drafter
 
 
 def _algorithm(value: str) -> str:
@@ -113,7 +120,7 @@ def config_from_args(ns: argparse.Namespace) -> VerifierServerConfig:
     from treespec.verifier.server.drafters import DrafterSpec
 
     remote = tuple(a.strip() for a in (ns.drafter_address or "").split(",") if a.strip())
-    options = plugin_options(ns, ns.speculative_algorithm)
+    options = {**plugin_options(ns, ns.speculative_algorithm), **parse_options(ns.option)}
     check_plugin_options(ns.speculative_algorithm, options)
     drafter = DrafterSpec(
         algorithm=None if ns.speculative_algorithm == NONE else ns.speculative_algorithm,

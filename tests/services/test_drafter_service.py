@@ -21,7 +21,8 @@ from tests.services.recording_drafter import RecordingDrafter
 from treespec.drafter.server.app import DrafterServer
 from treespec.drafter.server.plugin_calls import PluginCalls
 from treespec.kernels.tree_mask import validate_tree
-from treespec.shared.cli.drafter import parse_options, read_vocab_size
+from treespec.shared.cli.drafter import read_vocab_size
+from treespec.shared.cli.plugin_flags import parse_options
 from treespec.shared.drafting.drafter import DraftQuery
 from treespec.shared.drafting.token_tree import TreeBudget
 from treespec.shared.model.causal_lm import CausalLM

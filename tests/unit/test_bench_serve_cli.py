@@ -10,6 +10,7 @@ import pytest
 
 from treespec.bench.serve_bench import (
     GRPC,
+    IN_PROCESS,
     LOCAL,
     PLAIN,
     ServeBenchArgs,
@@ -42,12 +43,12 @@ def test_unknown_drafter_links_exit_2(
         main(["bench", "serve", "--drafter-links", links])
     assert exited.value.code == 2
     err = capsys.readouterr().err
-    assert "treespec bench serve: error:" in err and "drafter links are local, grpc" in err
+    assert "treespec bench serve: error:" in err and "drafter links are local, grpc, in-process" in err
 
 
 def test_each_stack_links_its_drafter_as_named(bench_defaults: tuple[Path, Path], tiny_path: Path) -> None:
     args = _args("--speculative-algorithm", "NGRAM", "--model", str(tiny_path))
-    local, grpc, plain = (services(stack_config(args, stack)) for stack in (LOCAL, GRPC, PLAIN))
+    local, grpc, inside, plain = (services(stack_config(args, s)) for s in (LOCAL, GRPC, IN_PROCESS, PLAIN))
 
     def drafter_address(processes: list[ServiceProcess]) -> str:
         verifier = next(p.argv for p in processes if p.name == "verifier")
@@ -58,6 +59,10 @@ def test_each_stack_links_its_drafter_as_named(bench_defaults: tuple[Path, Path]
     assert "--local-socket" not in drafter
     assert drafter_address(grpc) == f"127.0.0.1:{drafter[drafter.index('--port') + 1]}"
     assert [p.name for p in plain] == ["verifier", "gateway"]
+    assert [p.name for p in inside] == ["verifier", "gateway"]  # the drafter runs in the verifier
+    verifier = next(p.argv for p in inside if p.name == "verifier")
+    assert verifier[verifier.index("--speculative-algorithm") + 1] == "NGRAM"
+    assert "--drafter-address" not in verifier
 
 
 def test_the_ratios_between_the_stacks(bench_defaults: tuple[Path, Path]) -> None:
@@ -82,3 +87,20 @@ def test_the_ratios_between_the_stacks(bench_defaults: tuple[Path, Path]) -> Non
     assert "HTTP: NGRAM, drafter over gRPC" in table and "HTTP: plain decoding" in table
     assert "NGRAM / plain: 1.50x at batch 1, 0.90x at 4 concurrent" in table
     assert "local socket / over gRPC: 1.25x at batch 1, 1.12x at 4 concurrent" in table
+    assert "in_process_vs_local" not in payload
+
+
+def test_the_in_process_stack_against_the_local_socket(bench_defaults: tuple[Path, Path]) -> None:
+    args = _args("--speculative-algorithm", "NGRAM", "--drafter-links", "local,in-process")
+    assert args.stacks() == (LOCAL, IN_PROCESS, PLAIN)
+    timings = {
+        LOCAL: [StreamTiming(100, 4.0, 0.1, 0.02)],  # 25 tok/s
+        IN_PROCESS: [StreamTiming(150, 5.0, 0.1, 0.02)],  # 30 tok/s
+        PLAIN: [StreamTiming(100, 5.0, 0.1, 0.02)],
+    }
+    payload = _payload(args, [], 40.0, timings, {LOCAL: 80.0, IN_PROCESS: 100.0, PLAIN: 90.0})
+    assert payload["in_process_vs_local"] == pytest.approx(1.2)
+    assert payload["in_process_vs_local_concurrent"] == pytest.approx(1.25)
+    table = render(payload)
+    assert "HTTP: NGRAM, drafter in the verifier's process" in table
+    assert "drafter in process / over a local socket: 1.20x at batch 1, 1.25x at 8 concurrent" in table

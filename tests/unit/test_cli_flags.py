@@ -303,6 +303,11 @@ def test_serve_refuses_a_co_located_drafter_on_a_device_neither_cpu_nor_cuda(
     """Co-location shares CPU memory or, on a GPU, CUDA IPC handles: nothing else."""
     assert _exit_code(["serve", "--speculative-algorithm", "EAGLE3", "--device", "mps"]) == 2
     assert "CUDA IPC" in capsys.readouterr().err
+    from treespec.shared.cli.main import build_parser
+    from treespec.shared.cli.serve import serve_config
+
+    inside = ["serve", "--speculative-algorithm", "EAGLE3", "--device", "mps", "--drafter-in-process"]
+    assert serve_config(build_parser().parse_args(inside)).drafter_in_process  # nothing is shared
 
 
 def test_the_chat_template_flags_reach_the_gateway_through_serve_and_a_bad_one_stops_it(
@@ -340,3 +345,53 @@ def test_the_command_line_loads_without_torch() -> None:
     """Parsing flags, `--help` and the gateway import no torch: each command imports it when it runs."""
     code = "import sys, treespec.shared.cli.main; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+@pytest.mark.parametrize("algorithm", ["NGRAM", "EAGLE3"])
+def test_serve_runs_the_drafter_in_the_verifier_when_asked(tmp_path: Path, algorithm: str) -> None:
+    """`--drafter-in-process`: no drafter process nor sockets; the verifier builds the drafter with the
+    same budget, costs and plugin options (also given as `--option`, as `treespec drafter` takes them)."""
+    from treespec.shared.cli.main import build_parser
+    from treespec.shared.cli.serve import serve_config, services
+    from treespec.shared.cli.verifier import config_from_args
+
+    flags = ["--speculative-num-steps", "3", "--speculative-node-cost", "0.04"]
+    option = (
+        ["--speculative-ngram-max-bfs-breadth", "3"]
+        if algorithm == "NGRAM"
+        else ["--speculative-eagle-level-cost", "0.1"]
+    )
+    argv = ["serve", "--model-path", str(tmp_path), "--speculative-algorithm", algorithm, *flags, *option]
+    config = serve_config(build_parser().parse_args([*argv, "--drafter-in-process"]))
+    assert config.colocation_socket is None and config.draft_socket is None
+    processes = services(config)
+    assert [p.name for p in processes] == ["verifier", "gateway"]
+    verifier = config_from_args(build_parser().parse_args(processes[0].argv))
+    assert verifier.drafter.algorithm == algorithm and not verifier.drafter.remote_targets
+    assert verifier.drafter.colocation_socket is None
+    assert verifier.drafter.options == (
+        {"max_bfs_breadth": 3} if algorithm == "NGRAM" else {"level_cost": 0.1}
+    )
+    assert verifier.engine.speculation.num_steps == 3 and verifier.engine.node_cost == 0.04
+    apart = services(serve_config(build_parser().parse_args(argv)))  # the default: a drafter process
+    assert (
+        [p.name for p in apart] == ["verifier", "drafter", "gateway"]
+        if algorithm == "EAGLE3"
+        else [
+            "drafter",
+            "verifier",
+            "gateway",
+        ]
+    )
+
+
+def test_the_verifier_takes_plugin_options_as_the_drafter_does(tmp_path: Path) -> None:
+    from treespec.shared.cli.main import build_parser
+    from treespec.shared.cli.verifier import config_from_args
+
+    argv = ["verifier", "--model-path", str(tmp_path), "--speculative-algorithm", "NGRAM"]
+    flags = ["--speculative-ngram-max-bfs-breadth", "3", "--option", "min_bfs_breadth=2"]
+    config = config_from_args(build_parser().parse_args([*argv, *flags]))
+    assert config.drafter.options == {"max_bfs_breadth": 3, "min_bfs_breadth": 2}
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        config_from_args(build_parser().parse_args([*argv, "--option", "novalue"]))
