@@ -101,6 +101,32 @@ def test_eagle3_with_ngram_serves_with_the_shipped_head_co_located(
 
 
 @pytest.mark.parametrize(
+    "serve", [["--speculative-algorithm", "EAGLE3", "--drafter-in-process", *SLOW_CPU]], indirect=True
+)
+def test_eagle3_serves_with_its_drafter_inside_the_verifier(serve: tuple[subprocess.Popen[str], int]) -> None:
+    """`--drafter-in-process`: a verifier and a gateway, no drafter process; the head's drafts are
+    accepted and a greedy reply is the same twice."""
+    process, port = serve
+    wait_for_url(process, port)
+    assert services_named(process, "verifier") and not services_named(process, "drafter")
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+    model = client.models.list().data[0].id
+    replies = [
+        client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "Explain what a hash table is."}],
+            max_tokens=32,
+            temperature=0,
+        )
+        for _ in range(2)
+    ]
+    assert replies[0].choices[0].message.content == replies[1].choices[0].message.content
+    assert sum((r.model_extra or {})["meta_info"]["spec_accepted_tokens"] for r in replies) > 0
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=60) == 0
+
+
+@pytest.mark.parametrize(
     "serve",
     [SLOW_CPU, ["--speculative-algorithm", "EAGLE3", *SLOW_CPU]],
     ids=["ngram", "eagle3-co-located"],
