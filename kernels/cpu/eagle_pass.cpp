@@ -58,6 +58,7 @@ std::vector<at::Tensor> eagle_pass(const at::Tensor& embeds, const at::Tensor& h
   TORCH_CHECK(embeds.dim() == 2 && hidden.dim() == 2 && embeds.size(0) == hidden.size(0), "eagle_pass: rows");
   TORCH_CHECK(groups.dim() == 2 && groups.size(1) == 3 && groups.scalar_type() == at::kLong &&
                   groups.is_contiguous(), "eagle_pass: bad groups");
+  TORCH_CHECK(masks.dim() == 1 && masks.scalar_type() == at::kBool && masks.is_contiguous(), "eagle_pass: bad masks");
   const int64_t G = groups.size(0);
   TORCH_CHECK(static_cast<int64_t>(k_caches.size()) == G && static_cast<int64_t>(v_caches.size()) == G,
               "eagle_pass: a K and a V cache per group");
@@ -78,7 +79,6 @@ std::vector<at::Tensor> eagle_pass(const at::Tensor& embeds, const at::Tensor& h
   // then attention over all of them, the earlier rows as its mask allows.
   const double scale = std::pow(static_cast<double>(head_dim), -0.5);
   const int64_t* g = groups.data_ptr<int64_t>();
-  const bool* mask_data = masks.data_ptr<bool>();
   std::vector<at::Tensor> attended;
   int64_t row = 0, mask_at = 0;
   for (int64_t i = 0; i < G; ++i) {

@@ -13,7 +13,7 @@ import torch
 from tests.unit.drafter.eagle.engine_runs import EAGLE, make_drafter, run_requests, tiny_engine
 from treespec.drafter.eagle.draft_state import DraftKV, DraftState
 from treespec.drafter.eagle.drafter import EagleDrafter, _Rows
-from treespec.drafter.eagle.native_pass import NativePass
+from treespec.drafter.eagle.native_pass import NativePass, PassRows
 from treespec.shared.drafting.drafter import DraftQuery
 from treespec.shared.drafting.token_tree import TokenTree
 from treespec.shared.model.causal_lm import CausalLM
@@ -136,3 +136,17 @@ def test_it_serves_packed_heads_and_the_row_kernels_reach_only(
         layer.packed = None
     unpacked.layer.self_attn.packed_qkv = unpacked.layer.mlp.packed_gate_up = None
     assert NativePass.of(unpacked) is None
+
+
+def test_the_kernel_refuses_rows_its_groups_do_not_cover(
+    heads: dict[str, Path], tiny_path: Path, tiny_model: CausalLM
+) -> None:
+    drafter = make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path, matmul_dtype="int8")
+    native = drafter._native
+    assert native is not None
+    state = _state(drafter, 3, 0, 5)
+    c = drafter.head.config
+    cos, sin = drafter._rope_rows(torch.arange(3, 6), torch.float32)
+    rows = [PassRows(state.kv.k, state.kv.v, 2, 3, 0, torch.ones(2, 2, dtype=torch.bool).tril())]
+    with torch.inference_mode(), pytest.raises(RuntimeError, match="not all the rows"):
+        native.run(torch.randn(3, c.hidden_size), torch.randn(3, c.hidden_size), cos, sin, rows)
