@@ -95,18 +95,19 @@ def top_logprobs(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tens
     """logits [T, V] -> each row's k largest log-probabilities (logit - logsumexp), best first, and
     their indices: one pass over each row where the kernels run (two torch ops otherwise, each about
     0.1 ms for a few rows of an 8,192-token draft vocabulary on a 2-core Xeon)."""
-    ops = _kernels_for(logits)
+    ops = top_logprobs_ops() if _eligible(logits) else None
     return ops.top_logprobs(logits, k) if ops is not None else reference_top_logprobs(logits, k)
 
 
 def _kernels_for(*tensors: torch.Tensor) -> RowOps | None:
-    """The kernels, for float32 CPU tensors outside autograd; else None (the references). A plain loop:
-    this runs 91 times a forward."""
+    """The kernels, for float32 CPU tensors outside autograd; else None (the references)."""
+    return row_ops() if _eligible(*tensors) else None
+
+
+def _eligible(*tensors: torch.Tensor) -> bool:
+    """float32 CPU tensors outside autograd (this runs 91 times a forward: no more than it needs)."""
     grad = torch.is_grad_enabled()
-    for t in tensors:
-        if not t.is_cpu or t.dtype != torch.float32 or (grad and t.requires_grad):
-            return None
-    return row_ops()
+    return all(t.is_cpu and t.dtype == torch.float32 and not (grad and t.requires_grad) for t in tensors)
 
 
 @functools.lru_cache(maxsize=1)
@@ -131,14 +132,24 @@ def _fast_enough(ops: RowOps) -> bool:
     q = torch.randn(1, 12, 64, generator=generator)
     cos, sin = torch.randn(1, 1, 64, generator=generator), torch.randn(1, 1, 64, generator=generator)
     gate_up = torch.randn(1, 2 * 1536, generator=generator)
-    logits = torch.randn(4, 8192, generator=generator)  # a drafting level's rows over a draft vocabulary
     return (
         fast_enough(
             "rms_norm", lambda: ops.rms_norm(x, weight, 1e-5), lambda: reference_rms_norm(x, weight, 1e-5)
         )
         and fast_enough("rope", lambda: ops.rope(q, cos, sin), lambda: reference_rope(q, cos, sin))
         and fast_enough("silu_mul", lambda: ops.silu_mul(gate_up), lambda: reference_silu_mul(gate_up))
-        and fast_enough(
-            "top_logprobs", lambda: ops.top_logprobs(logits, 4), lambda: reference_top_logprobs(logits, 4)
-        )
     )
+
+
+@functools.lru_cache(maxsize=1)
+def top_logprobs_ops() -> RowOps | None:
+    """The kernels for `top_logprobs`, checked on their own (a drafting level's rows, not a forward's:
+    a slow top-k here must not take the forward's row kernels away, nor the other way round)."""
+    ops = build_row_ops()
+    if ops is None:
+        return None
+    logits = torch.randn(4, 8192, generator=torch.Generator().manual_seed(0))  # 4 rows, a draft vocabulary
+    fast = fast_enough(
+        "top_logprobs", lambda: ops.top_logprobs(logits, 4), lambda: reference_top_logprobs(logits, 4)
+    )
+    return ops if fast else None

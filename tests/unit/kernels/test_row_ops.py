@@ -160,6 +160,7 @@ def test_the_references_serve_other_dtypes_and_autograd(monkeypatch: pytest.Monk
     built = build_row_ops()
     assert built is not None
     monkeypatch.setattr(row_ops, "row_ops", lambda: Recording(built.module))
+    monkeypatch.setattr(row_ops, "top_logprobs_ops", lambda: Recording(built.module))
     x, weight = torch.randn(2, 8), torch.randn(8)
     q, cos, sin = torch.randn(2, 3, 8), torch.randn(2, 1, 8), torch.randn(2, 1, 8)
     rms_norm(x, weight, 1e-5)
@@ -182,3 +183,26 @@ def test_the_references_serve_other_dtypes_and_autograd(monkeypatch: pytest.Monk
 
 def test_the_kernels_serve_where_they_build() -> None:
     assert row_ops.row_ops() is not None
+    assert row_ops.top_logprobs_ops() is not None
+
+
+def test_the_top_k_serves_or_not_on_its_own_speed_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow top-k kernel leaves the forward's row kernels in place, and slow row kernels the top-k."""
+    checked: list[str] = []
+
+    def slow_top_k(name: str, *_: object, **__: object) -> bool:
+        checked.append(name)
+        return name != "top_logprobs"
+
+    monkeypatch.setattr(row_ops, "fast_enough", slow_top_k)
+    row_ops.row_ops.cache_clear()
+    row_ops.top_logprobs_ops.cache_clear()
+    try:
+        assert row_ops.row_ops() is not None and row_ops.top_logprobs_ops() is None
+        assert checked == ["rms_norm", "rope", "silu_mul", "top_logprobs"]
+        logits = torch.randn(2, 50)
+        _, indices = top_logprobs(logits, 3)  # the reference serves
+        assert torch.equal(indices, logits.topk(3).indices)
+    finally:
+        row_ops.row_ops.cache_clear()
+        row_ops.top_logprobs_ops.cache_clear()
