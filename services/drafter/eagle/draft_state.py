@@ -38,11 +38,10 @@ class DraftKV:
 
     def reserve(self, end: int) -> None:
         """Room for rows up to `end` (cache and scratch rows), the rows before it kept."""
-        if end > self.k.shape[0]:
-            size = max(end, 2 * self.k.shape[0])
-            used = min(end, self.k.shape[0])
-            self.k = _grown(self.k, size, used)
-            self.v = _grown(self.v, size, used)
+        held = self.k.shape[0]
+        if end > held:
+            self.k = _grown(self.k, max(end, 2 * held), held)
+            self.v = _grown(self.v, max(end, 2 * held), held)
 
     def keep(self, rows: int) -> None:
         """The first `rows` scratch rows join the cache."""

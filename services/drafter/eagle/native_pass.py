@@ -106,9 +106,7 @@ class NativePass:
     ) -> HeadOutput:
         """embeds [T, H], hidden [T, W] (as EagleHead.layer_input takes them), cos and sin [T, head_dim]."""
         table = torch.tensor([[g.count, g.cached, g.scratch] for g in groups], dtype=torch.long)
-        masks = (
-            torch.cat([g.mask.reshape(-1) for g in groups]) if len(groups) > 1 else groups[0].mask.reshape(-1)
-        )
+        masks = torch.cat([g.mask.reshape(-1) for g in groups])
         out, for_logits = self.module.eagle_pass(
             embeds.contiguous(),
             hidden.contiguous(),
@@ -118,7 +116,7 @@ class NativePass:
             [g.k_cache for g in groups],
             [g.v_cache for g in groups],
             table,
-            masks.contiguous(),
+            masks,
             self.heads,
             self.kv_heads,
             self.head_dim,

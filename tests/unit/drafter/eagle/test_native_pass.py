@@ -33,6 +33,15 @@ def _state(drafter: EagleDrafter, cached: int, scratch: int, seed: int) -> Draft
     return DraftState([1, 2, 3], kv)
 
 
+def _int8_eagle3(
+    heads: dict[str, Path], tiny_path: Path, tiny_model: CausalLM
+) -> tuple[EagleDrafter, NativePass]:
+    """An EAGLE-3 drafter with int8 products, and its native pass."""
+    drafter = make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path, matmul_dtype="int8")
+    assert drafter._native is not None
+    return drafter, drafter._native
+
+
 def _copy(state: DraftState) -> DraftState:
     kv = DraftKV(state.kv.k.clone(), state.kv.v.clone(), state.kv.length)
     return DraftState(list(state.tokens), kv)
@@ -127,9 +136,7 @@ def _recorded_trees(drafter: EagleDrafter, monkeypatch: pytest.MonkeyPatch) -> l
 def test_it_serves_packed_heads_and_the_row_kernels_reach_only(
     heads: dict[str, Path], tiny_path: Path, tiny_model: CausalLM
 ) -> None:
-    drafter = make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path, matmul_dtype="int8")
-    native = drafter._native
-    assert native is not None
+    drafter, native = _int8_eagle3(heads, tiny_path, tiny_model)
     assert native.serves([32, 1]) and not native.serves([4, 33])
     unpacked = drafter.head.move_to("cpu")  # weights as training reads them: nothing packed
     for layer in (unpacked.fc, unpacked.layer.self_attn.o_proj, unpacked.layer.mlp.down_proj):
@@ -141,9 +148,7 @@ def test_it_serves_packed_heads_and_the_row_kernels_reach_only(
 def test_the_kernel_refuses_rows_its_groups_do_not_cover(
     heads: dict[str, Path], tiny_path: Path, tiny_model: CausalLM
 ) -> None:
-    drafter = make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path, matmul_dtype="int8")
-    native = drafter._native
-    assert native is not None
+    drafter, native = _int8_eagle3(heads, tiny_path, tiny_model)
     state = _state(drafter, 3, 0, 5)
     c = drafter.head.config
     cos, sin = drafter._rope_rows(torch.arange(3, 6), torch.float32)
