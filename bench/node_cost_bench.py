@@ -7,14 +7,17 @@ fixes it. This bench asks whether that price is well placed on this machine, and
 flag where it is not. In one run, prompt by prompt, batch size 1, temperature 0:
 
 - plain decoding;
-- `online`: the n-gram engine as `treespec serve` runs it (measured at start, refined as it decodes);
+- `online`: the n-gram engine priced as `treespec serve` prices it (measured at start, refined as it
+  decodes);
 - `xF` for each of `--factors`: the n-gram engine with the node and tree costs fixed at F times the
   start-up probe's (x0: every node free, as far as the budget goes; x1: the probe's own price, which
   `bench ngram` uses).
 
 The methods run in an order shuffled afresh for every prompt (seeded, so a rerun keeps it), so that no
 method always runs first or right after the same other one. Each n-gram engine has a drafter of its
-own and a cache salt of its own: no engine drafts from another's outputs. Every greedy output must
+own and a cache salt of its own: no engine drafts from another's outputs. No engine runs the
+speculation gate (services/verifier/speculation_gate.py): it would leave out the drafts of the
+settings that price nodes too low, and the prices are the subject here. Every greedy output must
 equal plain decoding's (the near-tie rule). Per category and overall: tokens/s, each setting over
 plain, acceptance, and draft nodes per verify step; the fastest setting. The best factor near 1, or
 `online` within noise of the fastest, says the measured price is right here.
@@ -182,7 +185,8 @@ def _setting(
     cost: runs.NodeCost | None,
 ) -> _Setting:
     drafter = args.drafter(model)
-    engine = runs.engine(model, args.model, drafter, spec, lengths, args.max_new_tokens, cost)
+    # No speculation gate: it would leave out the dear settings' drafts, the costs being the subject.
+    engine = runs.engine(model, args.model, drafter, spec, lengths, args.max_new_tokens, cost, adaptive=False)
     return _Setting(name, engine, drafter, None if cost is None else cost.value)
 
 

@@ -156,10 +156,12 @@ def engine(
     prompt_ids: Iterable[Sequence[int]],
     max_new_tokens: int,
     cost: NodeCost | None = None,
+    adaptive: bool = True,
 ) -> Engine:
     """An engine over `model` for batch size 1 (`spec`: its default speculation, None: plain), with a
     KV pool that holds the longest of `prompt_ids` and its new tokens: the default pool is far bigger
-    and is zeroed as each engine starts, which counts when a bench starts several."""
+    and is zeroed as each engine starts, which counts when a bench starts several. `adaptive` False:
+    every step drafts (no speculation gate), for benches whose subject the gate would mask."""
     speculation = spec or SpeculationParams(enabled=False)
     longest = max((len(ids) for ids in prompt_ids), default=0)
     config = EngineConfig(
@@ -169,6 +171,7 @@ def engine(
         speculation=speculation,
         node_cost=None if cost is None else cost.value,
         tree_cost=0.0 if cost is None else cost.tree,
+        adaptive_speculation=adaptive,
     )
     return Engine(config, drafter, model)
 

@@ -35,12 +35,19 @@ class EngineConfig:
     # The most rows (root included) a chain drafted from a request's predicted output verifies; 1:
     # requests' predictions are not drafted from (prediction.py).
     prediction_draft_tokens: int = 32
+    # Leave the drafter out of steps where drafting runs slower than plain decoding at that batch size,
+    # as measured (speculation_gate.py); never changes an output.
+    adaptive_speculation: bool = True
+    # vLLM's: steps of this many decoding requests or more never draft; None: no such limit.
+    speculative_disable_by_batch_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.scheduling_policy not in SCHEDULING_POLICIES:
             raise ValueError(f"scheduling_policy must be one of {', '.join(SCHEDULING_POLICIES)}")
         if self.prediction_draft_tokens < 1:
             raise ValueError("prediction_draft_tokens must be >= 1")
+        if self.speculative_disable_by_batch_size is not None and self.speculative_disable_by_batch_size < 1:
+            raise ValueError("speculative_disable_by_batch_size must be >= 1")
 
     def load_options(self) -> LoadOptions:
         """How the target model loads for this engine."""

@@ -23,11 +23,18 @@ class DraftStage:
     _warn_once: WarnOnce = field(default_factory=lambda: WarnOnce(log))
 
     def trees(
-        self, decodes: list[RequestState], node_cost: float = 0.0, tree_cost: float = 0.0
+        self,
+        decodes: list[RequestState],
+        node_cost: float = 0.0,
+        tree_cost: float = 0.0,
+        ask_drafter: bool = True,
     ) -> dict[str, TokenTree]:
         """Validated trees by request id; requests without one decode plainly this step. `node_cost`,
-        `tree_cost`: what verifying one more node, and a tree at all, costs this step (verify_cost.py)."""
+        `tree_cost`: what verifying one more node, and a tree at all, costs this step (verify_cost.py);
+        `ask_drafter` False: chains from predicted outputs only (speculation_gate.py)."""
         trees = self._predicted(decodes, node_cost, tree_cost)
+        if not ask_drafter:
+            return trees
         wanting = [
             s
             for s in decodes

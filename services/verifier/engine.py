@@ -45,6 +45,7 @@ from treespec.verifier.request import (
     SpeculationParams,
 )
 from treespec.verifier.scheduler import Scheduler
+from treespec.verifier.speculation_gate import GatePolicy, SpeculationGate
 from treespec.verifier.state import Phase, RequestState
 from treespec.verifier.stats import SpecStats
 from treespec.verifier.step_timing import StepTimes, StepTimings
@@ -107,6 +108,9 @@ class Engine:
         self.timings = StepTimings()  # totals over the steps that ran a batch
         self.last_step: StepTimes | None = None  # the last step's, None when it ran no batch
         self._draft = DraftStage(drafter, mc.vocab_size, self.context_length)
+        self.gate = SpeculationGate(
+            GatePolicy(config.adaptive_speculation, config.speculative_disable_by_batch_size)
+        )
         self._forward = ForwardStage(self.model, self.cache, TorchAttentionBackend(mc.sliding_window))
         self._verify_cost = self._node_cost_model()
         eos = set(mc.eos_token_ids) | _generation_eos(config.model_path)
@@ -169,28 +173,50 @@ class Engine:
         step_start = time.perf_counter()
         batch_size = len(batch.decodes)
         cost = self.verify_cost_at(batch_size)  # the online fit solved once for both prices
+        asks, gated = self._asks_drafter(batch.decodes)
         draft_start = time.perf_counter()
-        trees = self._draft.trees(batch.decodes, cost.node_cost(batch_size), cost.tree_cost(batch_size))
+        trees = self._draft.trees(
+            batch.decodes, cost.node_cost(batch_size), cost.tree_cost(batch_size), ask_drafter=asks
+        )
         ring = self.drafter.feature_ring if self.drafter is not None else None
         start = time.perf_counter()
-        draft_s = start - draft_start if self.drafter is not None else None
+        draft_s = start - draft_start if self.drafter is not None and not gated else None
         result = self._forward.run(batch, trees, ring.spec if ring is not None else None)
         verdicts = verify(result, self.eos_token_ids)
-        if isinstance(self._verify_cost, OnlineVerifyCost) and not batch.prefills:
+        # A step the gate left plain is not an observation: the fit prices the steps that draft (its
+        # one-row steps in among them made it price nodes lower and trees grow 2.7x, no faster).
+        if isinstance(self._verify_cost, OnlineVerifyCost) and not batch.prefills and not gated:
             rows = sum(item.num_new for item in result.items)
             drafted = sum(item.num_new > 1 for item in result.items)
             self._verify_cost.observe(rows, time.perf_counter() - start, drafted, batch_size)
+        committed = 0
         for out in self._commit.run(result, verdicts):
             outputs.append(out)
+            committed += len(out.token_ids)
             if out.finished:
                 self._finish(self._states[out.request_id])
             else:
                 self.scheduler.trim(self._states[out.request_id])
         for state in self.scheduler.running:
             self.scheduler.cache_committed(state)
-        self.last_step = StepTimes(time.perf_counter() - step_start, draft_s)
+        self.last_step = StepTimes(time.perf_counter() - step_start, draft_s, gated)
         self.timings.add(self.last_step)
+        if (asks or gated) and not batch.prefills:
+            self._observe_gate(batch.decodes, asks, committed, self.last_step.step_s)
         return outputs
+
+    def _asks_drafter(self, decodes: list[RequestState]) -> tuple[bool, bool]:
+        """(whether this step asks the drafter for trees, whether the speculation gate left it out)."""
+        if self.drafter is None or not decodes:
+            return False, False
+        asks = self.gate.drafts([s.request_id for s in decodes])
+        return asks, not asks
+
+    def _observe_gate(self, decodes: list[RequestState], asks: bool, committed: int, seconds: float) -> None:
+        """A decode step for the gate's figures; not one that verified a predicted output's chain
+        (its tokens come from the request, not from drafting or plain decoding)."""
+        if all(s.prediction is None for s in decodes):
+            self.gate.observe(len(decodes), asks, committed, seconds)
 
     def generate(
         self,

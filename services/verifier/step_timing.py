@@ -15,7 +15,8 @@ class StepTimes:
     """One engine step that ran a batch, in seconds."""
 
     step_s: float  # the whole step: draft, forward, verify, commit
-    draft_s: float | None  # asking the drafter for trees; None without a drafter
+    draft_s: float | None  # asking the drafter for trees; None without one, or when the gate left it out
+    gated: bool = False  # the speculation gate left the drafter out of this step (speculation_gate.py)
 
 
 @dataclass
@@ -25,8 +26,10 @@ class StepTimings:
     steps: int = 0
     step_s: float = 0.0
     draft_s: float = 0.0  # over the steps with a drafter
+    gated_steps: int = 0  # steps the speculation gate ran without asking the drafter
 
     def add(self, times: StepTimes) -> None:
         self.steps += 1
         self.step_s += times.step_s
         self.draft_s += times.draft_s or 0.0
+        self.gated_steps += times.gated

@@ -12,6 +12,7 @@ from treespec.shared.cli.arg_types import positive_int
 
 DEFAULT_DEVICE = "cpu"
 DEFAULT_DTYPE = "auto"
+SWITCHES = ("prefix_caching", "exact_weight_forms", "adaptive_speculation")  # on unless --disable-...
 
 
 @dataclass(frozen=True)
@@ -29,16 +30,14 @@ class EngineFlags:
     exact_weight_forms: bool = True
     scheduling_policy: str | None = None
     prediction_draft_tokens: int | None = None
+    adaptive_speculation: bool = True
+    speculative_disable_by_batch_size: int | None = None
 
     @classmethod
     def of(cls, ns: argparse.Namespace) -> EngineFlags:
-        switches = ("prefix_caching", "exact_weight_forms")
-        values = {f.name: getattr(ns, f.name) for f in fields(cls) if f.name not in switches}
-        return cls(
-            prefix_caching=not ns.disable_prefix_caching,
-            exact_weight_forms=not ns.disable_exact_weight_forms,
-            **values,
-        )
+        values: dict[str, Any] = {f.name: getattr(ns, f.name) for f in fields(cls) if f.name not in SWITCHES}
+        values.update({name: not getattr(ns, f"disable_{name}") for name in SWITCHES})
+        return cls(**values)
 
     def engine_fields(self) -> dict[str, Any]:
         """EngineConfig's fields that the flags set."""
@@ -49,7 +48,7 @@ class EngineFlags:
         argv: list[str] = []
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name in ("prefix_caching", "exact_weight_forms"):
+            if f.name in SWITCHES:
                 argv += [] if value else [f"--disable-{f.name.replace('_', '-')}"]
             elif value is not None and value != f.default:
                 argv += [f"--{f.name.replace('_', '-')}", str(value)]
@@ -112,4 +111,16 @@ def add_engine_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="the most rows (root included) a chain drafted from a request's predicted output "
         "(OpenAI's prediction) verifies; 1: predictions are not drafted from (default: 32)",
+    )
+    p.add_argument(
+        "--disable-adaptive-speculation",
+        action="store_true",
+        help="ask the drafter every step (default: at each batch size the verifier measures decoding "
+        "with and without drafts, and leaves drafting out of steps where it runs slower)",
+    )
+    p.add_argument(
+        "--speculative-disable-by-batch-size",
+        type=positive_int,
+        default=None,
+        help="vLLM's: steps that decode this many requests or more do not draft (default: no limit)",
     )

@@ -27,6 +27,7 @@ FLAG_NAMES = (FLAG, "--speculative_config")  # vLLM takes either spelling
 VERBS = ("serve", "verifier")
 NODES_FLAG = "--speculative-num-draft-tokens"
 WINDOW_FLAG = "--speculative-ngram-max-match-window-size"
+BATCH_FLAG = "--speculative-disable-by-batch-size"
 METHODS = {"ngram": "NGRAM", "eagle": "EAGLE", "eagle3": "EAGLE3", "draft_model": "STANDALONE"}
 NGRAM_MODEL_NAMES = ("[ngram]", "ngram")  # vLLM's older way of asking for n-gram drafting
 # Keys that tune vLLM's own execution (parallelism, quantization, batching): no effect here.
@@ -38,7 +39,6 @@ IGNORED_KEYS = frozenset(
         "revision",
         "code_revision",
         "enforce_eager",
-        "disable_by_batch_size",
         "disable_padded_drafter_batch",
         "disable_logprobs",
         "disable_log_stats",
@@ -52,7 +52,8 @@ HELP = (
     "(ngram, eagle, eagle3, draft_model) -> --speculative-algorithm (draft_model: STANDALONE), "
     "model -> --speculative-draft-model-path, "
     "num_speculative_tokens -> --speculative-num-steps (the tree's depth), prompt_lookup_max/min -> "
-    "--speculative-ngram-max/min-match-window-size"
+    "--speculative-ngram-max/min-match-window-size, disable_by_batch_size -> "
+    "--speculative-disable-by-batch-size"
 )
 
 
@@ -96,7 +97,7 @@ def translate(config: Mapping[str, Any], given: Mapping[str, str | None] | None 
     line, with their values."""
     given = given or {}
     known = {"method", "model", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min"}
-    known |= {"acceptance_method", "speculative_token_tree"} | IGNORED_KEYS
+    known |= {"acceptance_method", "speculative_token_tree", "disable_by_batch_size"} | IGNORED_KEYS
     unknown = sorted(set(config) - known)
     if unknown:
         raise SpeculativeConfigError(f"{FLAG}: unknown keys {', '.join(unknown)}")
@@ -117,6 +118,8 @@ def translate(config: Mapping[str, Any], given: Mapping[str, str | None] | None 
             )
     if config.get("num_speculative_tokens") is not None:
         flags += _depth_flags(_positive_int(config, "num_speculative_tokens"), method, config, given)
+    if config.get("disable_by_batch_size") is not None:
+        flags += [BATCH_FLAG, str(_positive_int(config, "disable_by_batch_size"))]
     ignored = sorted(k for k in config if k in IGNORED_KEYS)
     return Expansion(flags, ignored)
 

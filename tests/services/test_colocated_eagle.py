@@ -108,8 +108,14 @@ def _run(path: Path, model: CausalLM, drafter: Drafter) -> Run:
     # A small prefill chunk: prompts reach the drafter over several steps. One node cost for both runs
     # (each engine would measure its own, a little differently): it must reach the drafter over the
     # wire as in process (it may prune some nodes of the random heads' trees).
+    # No speculation gate: its verdicts follow the step times, which differ from run to run.
     config = EngineConfig(
-        model_path=path, page_size=4, max_total_tokens=2048, chunked_prefill_size=16, node_cost=NODE_COST
+        model_path=path,
+        page_size=4,
+        max_total_tokens=2048,
+        chunked_prefill_size=16,
+        node_cost=NODE_COST,
+        adaptive_speculation=False,
     )
     engine = Engine(config, recorder, model)
     outputs = {rid: r.token_ids for rid, r in engine.generate(_requests()).items()}

@@ -227,7 +227,8 @@ def check_metrics(server: VerifierServer) -> None:
     assert registry.get_sample_value("treespec_verifier_time_to_first_token_seconds_count") == 2
     assert registry.get_sample_value("treespec_verifier_kv_blocks_total") == 512
     steps = registry.get_sample_value("treespec_verifier_step_seconds_count") or 0
-    assert steps > 0 and registry.get_sample_value("treespec_verifier_draft_seconds_count") == steps
+    gated = registry.get_sample_value("treespec_verifier_speculation_gated_steps_total") or 0
+    assert steps > 0 and registry.get_sample_value("treespec_verifier_draft_seconds_count") == steps - gated
     step_s = registry.get_sample_value("treespec_verifier_step_seconds_sum") or 0
     assert 0 < (registry.get_sample_value("treespec_verifier_draft_seconds_sum") or 0) < step_s
     assert registry.get_sample_value("treespec_verifier_kv_blocks_used") == 0

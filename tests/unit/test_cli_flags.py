@@ -265,6 +265,24 @@ def test_prediction_draft_tokens_reach_the_engine_through_serve_and_verifier(tmp
         assert config_from_args(ns).engine.prediction_draft_tokens == (rows or 32)
 
 
+def test_the_speculation_gate_flags_reach_the_engine_through_serve_and_verifier(tmp_path: Path) -> None:
+    from treespec.shared.cli.main import build_parser
+    from treespec.shared.cli.serve import ServeConfig, services
+    from treespec.shared.cli.verifier import config_from_args
+
+    assert _exit_code(["verifier", "--speculative-disable-by-batch-size", "0"]) == 2
+    for adaptive, limit in ((True, None), (False, 4)):
+        flags = EngineFlags(adaptive_speculation=adaptive, speculative_disable_by_batch_size=limit)
+        config = ServeConfig.on_free_ports(tmp_path, "EAGLE3", engine=flags)
+        argv = list(next(p for p in services(config) if p.name == "verifier").argv)
+        assert ("--disable-adaptive-speculation" in argv) == (not adaptive)
+        assert ("--speculative-disable-by-batch-size" in argv) == (limit is not None)
+        engine = config_from_args(build_parser().parse_args(argv)).engine
+        assert (engine.adaptive_speculation, engine.speculative_disable_by_batch_size) == (adaptive, limit)
+    ns = build_parser().parse_args(["serve", "--disable-adaptive-speculation"])
+    assert not EngineFlags.of(ns).adaptive_speculation
+
+
 @pytest.mark.parametrize(
     "flags",
     [

@@ -116,6 +116,16 @@ def test_keys_of_vllms_own_machinery_are_ignored_with_a_warning() -> None:
     assert "draft_tensor_parallel_size" in warnings[0] and "enforce_eager" in warnings[0]
 
 
+def test_disable_by_batch_size_becomes_its_flag() -> None:
+    flags = translate({"method": "eagle3", "disable_by_batch_size": 4}).flags
+    assert flags[flags.index("--speculative-disable-by-batch-size") + 1] == "4"
+    with pytest.raises(SpeculativeConfigError, match="disable_by_batch_size must be a positive integer"):
+        translate({"method": "ngram", "disable_by_batch_size": 0})
+    with pytest.raises(SpeculativeConfigError, match="both set the same thing"):
+        config = {"method": "ngram", "disable_by_batch_size": 4}
+        _expand("serve", config, "--speculative-disable-by-batch-size", "8")
+
+
 def test_other_commands_and_command_lines_without_it_are_left_alone() -> None:
     argv = ["bench", "ngram", "--speculative-config", "{}"]
     assert expand(argv, print) == argv  # bench's own parser refuses it

@@ -71,6 +71,12 @@ class VerifierMetrics:
         self.draft_seconds = self._seconds(
             "draft", "Time an engine step spent asking the drafter for trees (with a drafter only)."
         )
+        self.gated_steps = Counter(
+            PREFIX + "speculation_gated_steps",
+            "Decode steps the speculation gate ran without asking the drafter (drafting measured slower "
+            "than plain decoding at their batch size, or --speculative-disable-by-batch-size).",
+            registry=registry,
+        )
         self.running_requests = Gauge(PREFIX + "running_requests", "Requests running.", registry=registry)
         self.waiting_requests = Gauge(PREFIX + "waiting_requests", "Requests waiting.", registry=registry)
         self.kv_blocks_used = Gauge(PREFIX + "kv_blocks_used", "KV cache blocks in use.", registry=registry)
@@ -123,6 +129,8 @@ class VerifierMetrics:
             self.step_seconds.observe(snapshot.last_step.step_s)
             if snapshot.last_step.draft_s is not None:
                 self.draft_seconds.observe(snapshot.last_step.draft_s)
+            if snapshot.last_step.gated:
+                self.gated_steps.inc()
         self.running_requests.set(snapshot.running_requests)
         self.waiting_requests.set(snapshot.waiting_requests)
         self.kv_blocks_used.set(snapshot.kv_blocks_used)

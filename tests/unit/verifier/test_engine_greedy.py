@@ -66,7 +66,8 @@ def test_oracle_trees_are_lossless_and_accepted(
 
 def test_per_request_speculation_settings(tiny_path: Path, tiny_model: CausalLM) -> None:
     want = plain(tiny_path, tiny_model)
-    e = engine(tiny_path, tiny_model, RandomTreeDrafter(VOCAB, seed=5))
+    # Every step drafts for the requests that speculate (no speculation gate: random trees never pay).
+    e = engine(tiny_path, tiny_model, RandomTreeDrafter(VOCAB, seed=5), adaptive_speculation=False)
     reqs = [greedy(0, spec=False), greedy(1)]
     reqs.append(
         GenerationRequest(

@@ -48,10 +48,16 @@ def run_requests(spec: SpeculationParams | list[SpeculationParams], n: int = 40)
 
 
 def tiny_engine(path: Path, model: CausalLM, drafter: Drafter | None, chunk: int = 512) -> Engine:
-    """Verify rows are free (node cost 0): a measured cost depends on the machine's load, and these
-    tests are about what the head proposes; test_kept_nodes_pay_for_their_verify_rows covers the cost."""
+    """Verify rows are free (node cost 0) and every step drafts (no speculation gate): a measured cost,
+    and the gate's verdicts, depend on the machine's load, and these tests are about what the head
+    proposes; test_kept_nodes_pay_for_their_verify_rows covers the cost."""
     config = EngineConfig(
-        model_path=path, page_size=4, max_total_tokens=4096, chunked_prefill_size=chunk, node_cost=0.0
+        model_path=path,
+        page_size=4,
+        max_total_tokens=4096,
+        chunked_prefill_size=chunk,
+        node_cost=0.0,
+        adaptive_speculation=False,
     )
     return Engine(config, drafter, model)
 

@@ -84,10 +84,16 @@ def _cut(outputs: dict[str, list[int]], n: int, names: Iterable[str]) -> dict[st
 
 
 def _engine(path: Path, model: CausalLM, drafter: NgramDrafter | None = None) -> Engine:
-    """Verify rows are free here (node cost 0): on the tiny model a row is a large part of a step, and
-    these tests are about what the drafter proposes; tree_builder's tests cover the node cost."""
+    """Verify rows are free here (node cost 0) and every step drafts (no speculation gate): on the
+    tiny model a row is a large part of a step, and these tests are about what the drafter proposes;
+    tree_builder's tests cover the node cost."""
     config = EngineConfig(
-        model_path=path, page_size=4, max_total_tokens=4096, speculation=NGRAM, node_cost=0.0
+        model_path=path,
+        page_size=4,
+        max_total_tokens=4096,
+        speculation=NGRAM,
+        node_cost=0.0,
+        adaptive_speculation=False,
     )
     return Engine(config, drafter, model)
 
