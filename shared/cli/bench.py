@@ -87,6 +87,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     _node_cost_arguments(node_cost)
     node_cost.set_defaults(handler=_node_cost)
+    batch = verbs.add_parser(
+        "batch",
+        help="requests decoded at once: plain vs each drafter with and without the speculation gate (CPU)",
+    )
+    _batch_arguments(batch)
+    batch.set_defaults(handler=_batch)
     serve = verbs.add_parser("serve", help="HTTP streaming through the services vs the in-process engine")
     _serve_arguments(serve)
     serve.set_defaults(handler=_serve)
@@ -179,6 +185,32 @@ def _burst_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--waves", type=positive_int, default=3, help="bursts, one after the other (default: %(default)s)"
     )
+
+
+def _batch_arguments(parser: argparse.ArgumentParser) -> None:
+    _engine_arguments(parser)
+    parser.add_argument(
+        "--batch", type=positive_int, default=8, help="requests decoded at once (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--speculative-algorithm",
+        type=_batch_algorithms,
+        default="EAGLE3,NGRAM",
+        metavar="ALGORITHMS",
+        help="drafters, comma-separated: EAGLE3 (the shipped head), NGRAM (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--rounds", type=positive_int, default=2, help="passes over the prompts (default: %(default)s)"
+    )
+
+
+def _batch_algorithms(text: str) -> tuple[str, ...]:
+    from treespec.bench.batch_bench import parse_algorithms
+
+    try:
+        return parse_algorithms(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _node_cost_arguments(parser: argparse.ArgumentParser) -> None:
@@ -328,6 +360,12 @@ def _burst(ns: argparse.Namespace) -> int:
 
 def _node_cost(ns: argparse.Namespace) -> int:
     from treespec.bench.node_cost_bench import run
+
+    return run(ns)
+
+
+def _batch(ns: argparse.Namespace) -> int:
+    from treespec.bench.batch_bench import run
 
     return run(ns)
 
