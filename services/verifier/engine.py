@@ -183,12 +183,13 @@ class Engine:
         draft_s = start - draft_start if self.drafter is not None and not gated else None
         result = self._forward.run(batch, trees, ring.spec if ring is not None else None)
         verdicts = verify(result, self.eos_token_ids)
+        forward_s = time.perf_counter() - start
+        rows = sum(item.num_new for item in result.items)
+        drafted = sum(item.num_new > 1 for item in result.items)
         # A step the gate left plain is not an observation: the fit prices the steps that draft (its
         # one-row steps in among them made it price nodes lower and trees grow 2.7x, no faster).
         if isinstance(self._verify_cost, OnlineVerifyCost) and not batch.prefills and not gated:
-            rows = sum(item.num_new for item in result.items)
-            drafted = sum(item.num_new > 1 for item in result.items)
-            self._verify_cost.observe(rows, time.perf_counter() - start, drafted, batch_size)
+            self._verify_cost.observe(rows, forward_s, drafted, batch_size)
         committed = 0
         for out in self._commit.run(result, verdicts):
             outputs.append(out)
@@ -201,8 +202,12 @@ class Engine:
             self.scheduler.cache_committed(state)
         self.last_step = StepTimes(time.perf_counter() - step_start, draft_s, gated)
         self.timings.add(self.last_step)
-        if (asks or gated) and not batch.prefills:
-            self._observe_gate(batch.decodes, asks, committed, self.last_step.step_s)
+        if asks and not batch.prefills and all(s.prediction is None for s in batch.decodes):
+            # The plain step this one stands for: less the drafting, less the draft rows' part of the
+            # forward (not a step verifying a predicted output's chain: its tokens are the request's).
+            step_s, plain_share = self.last_step.step_s, cost.plain_share(batch_size, rows, drafted)
+            plain_s = step_s - (draft_s or 0.0) - forward_s * (1.0 - plain_share)
+            self.gate.observe(batch_size, committed, step_s, plain_s)
         return outputs
 
     def _asks_drafter(self, decodes: list[RequestState]) -> tuple[bool, bool]:
@@ -211,12 +216,6 @@ class Engine:
             return False, False
         asks = self.gate.drafts([s.request_id for s in decodes])
         return asks, not asks
-
-    def _observe_gate(self, decodes: list[RequestState], asks: bool, committed: int, seconds: float) -> None:
-        """A decode step for the gate's figures; not one that verified a predicted output's chain
-        (its tokens come from the request, not from drafting or plain decoding)."""
-        if all(s.prediction is None for s in decodes):
-            self.gate.observe(len(decodes), asks, committed, seconds)
 
     def generate(
         self,

@@ -47,6 +47,13 @@ class VerifyCost:
         step = self.step_s + (batch_size - 1) * self.row_s
         return batch_size * seconds / step if step > 0 else 0.0
 
+    def plain_share(self, batch_size: int, rows: int, trees: int) -> float:
+        """What a forward of `batch_size` rows (plain decoding) takes of one of `rows` rows verifying
+        `trees` trees: a uniform slowdown of the device leaves it as it is."""
+        plain = self.step_s + (batch_size - 1) * self.row_s
+        actual = self.step_s + (rows - 1) * self.row_s + trees * self.tree_s
+        return plain / actual if actual > 0 else 1.0
+
 
 @dataclass(frozen=True)
 class FixedNodeCost:
@@ -61,6 +68,12 @@ class FixedNodeCost:
 
     def tree_cost(self, batch_size: int) -> float:
         return self.tree
+
+    def plain_share(self, batch_size: int, rows: int, trees: int) -> float:
+        """As VerifyCost's, in a request's shares of a step: a draft row costs `cost` of one, a tree
+        `tree`."""
+        actual = batch_size + (rows - batch_size) * self.cost + trees * self.tree
+        return batch_size / actual if actual > 0 else 1.0
 
 
 def measure_verify_cost(

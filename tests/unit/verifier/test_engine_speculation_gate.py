@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.verifier.test_engine_greedy import VOCAB, engine, greedy, plain
+from tests.unit.verifier.test_engine_greedy import PROMPTS, VOCAB, engine, greedy, plain
 from tests.unit.verifier.test_step_timing import SlowDrafter
+from treespec.drafter.oracle.drafter import OracleDrafter
 from treespec.drafter.random_tree.drafter import RandomTreeDrafter
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import GenerationResult
-from treespec.verifier.speculation_gate import MIN_STEPS, PLAIN_FIRST
+from treespec.verifier.speculation_gate import FIRST_WAIT, MIN_STEPS
 
 N = 40  # new tokens a request: enough steps for the gate to judge and leave drafting out
 DELAY_S = 0.1  # a drafting round's delay: far beyond a tiny-model step, even on a busy machine
@@ -35,12 +36,24 @@ def test_a_drafter_that_only_slows_decoding_is_left_out(tiny_path: Path, tiny_mo
     assert tokens(got) == tokens(want)
     t = e.timings
     asked = t.steps - 1 - t.gated_steps  # the prefill step asks nothing of the gate
-    # The gate took its plain figures between drafting steps, judged MIN_STEPS drafting steps, left
-    # drafting out, then tried again (a try: MIN_STEPS + 1 steps) after its first wait.
-    assert t.gated_steps >= PLAIN_FIRST + 8
-    assert PLAIN_FIRST + MIN_STEPS <= asked <= PLAIN_FIRST + 2 * MIN_STEPS + 1
+    # The gate judged MIN_STEPS drafting steps, left drafting out for FIRST_WAIT steps, then tried
+    # again (a try: MIN_STEPS + 1 steps) and left it out again.
+    assert t.gated_steps >= FIRST_WAIT
+    assert MIN_STEPS <= asked <= 2 * MIN_STEPS + 1
     assert t.draft_s >= DELAY_S * asked
     assert e.last_step is not None
+
+
+def test_a_drafter_that_pays_is_never_left_out(tiny_path: Path, tiny_model: CausalLM) -> None:
+    """Trees of the greedy continuation itself: every step commits a chain."""
+    n = 4 * N  # some 40 steps of trees
+    want = engine(tiny_path, tiny_model).generate(greedy(i, spec=False, n=n) for i in range(2))
+    continuations = {tuple(PROMPTS[i]): want[f"r{i}"].token_ids for i in range(2)}
+    e = engine(tiny_path, tiny_model, OracleDrafter(continuations, VOCAB, seed=1))
+    got = e.generate(greedy(i, n=n) for i in range(2))
+    assert tokens(got) == tokens(want)
+    assert e.timings.gated_steps == 0 and e.stats.acceptance_length > 3.0
+    assert e.stats.verify_steps > 2 * MIN_STEPS
 
 
 def test_without_adaptation_every_step_drafts(tiny_path: Path, tiny_model: CausalLM) -> None:

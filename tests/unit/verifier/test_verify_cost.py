@@ -16,7 +16,7 @@ from treespec.shared.model.kv_cache import KVCache
 from treespec.verifier.config import EngineConfig
 from treespec.verifier.engine import Engine
 from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
-from treespec.verifier.verify_cost import VerifyCost, measure_verify_cost
+from treespec.verifier.verify_cost import FixedNodeCost, VerifyCost, measure_verify_cost
 
 
 class BudgetRecorder(RandomTreeDrafter):
@@ -58,6 +58,20 @@ def test_a_tree_costs_its_fixed_part_over_the_request_share_of_a_step() -> None:
     assert cost.tree_cost(1) == pytest.approx(0.1)
     assert cost.tree_cost(4) == pytest.approx(4 * 0.004 / 0.046)
     assert VerifyCost(step_s=0.040, row_s=0.002).tree_cost(1) == 0.0
+
+
+def test_the_plain_share_of_a_forward() -> None:
+    """What decoding alone would have taken of a forward that verified draft rows (the speculation
+    gate's plain step), whatever the device's speed."""
+    cost = VerifyCost(step_s=0.02, row_s=0.002, tree_s=0.004)
+    # 4 requests, 12 rows (8 draft rows), 2 trees: plain 0.026 s of 0.050 s
+    assert cost.plain_share(4, 12, 2) == pytest.approx(0.026 / 0.050)
+    slower = VerifyCost(step_s=0.04, row_s=0.004, tree_s=0.008)
+    assert slower.plain_share(4, 12, 2) == pytest.approx(cost.plain_share(4, 12, 2))
+    assert cost.plain_share(4, 4, 0) == 1.0
+    fixed = FixedNodeCost(0.25, tree=0.5)  # in a request's shares of a step
+    assert fixed.plain_share(4, 12, 2) == pytest.approx(4 / (4 + 8 * 0.25 + 2 * 0.5))
+    assert FixedNodeCost(0.0).plain_share(4, 12, 2) == 1.0
 
 
 def test_measuring_times_both_sizes_within_the_pool_and_the_positions(tiny_model: CausalLM) -> None:
