@@ -60,7 +60,12 @@ class BatchBenchArgs(runs.BenchArgs):
     @property
     def methods(self) -> list[str]:
         """plain, then each algorithm with the gate and without it."""
-        return ["plain", *(m for a in self.algorithms for m in (a.lower(), a.lower() + UNGATED))]
+        return ["plain", *(m for a in self.algorithms for m in method_names(a))]
+
+
+def method_names(algorithm: str) -> tuple[str, str]:
+    """An algorithm's two methods: with the speculation gate, and without it."""
+    return algorithm.lower(), algorithm.lower() + UNGATED
 
 
 def parse_algorithms(text: str) -> tuple[str, ...]:
@@ -114,7 +119,7 @@ def _methods(args: BatchBenchArgs, ids: Sequence[Sequence[int]]) -> Iterator[dic
         methods = {"plain": _Method(_engine(args, model, None, None, ids, adaptive=True), None)}
         for algorithm in args.algorithms:
             spec = _speculation(algorithm)
-            for name, adaptive in ((algorithm.lower(), True), (algorithm.lower() + UNGATED, False)):
+            for name, adaptive in zip(method_names(algorithm), (True, False), strict=True):
                 target = LocalTargetAccess(model) if algorithm == "EAGLE3" else None
                 drafter = create_drafter(
                     algorithm.lower(), DrafterContext(model.config.vocab_size, args.model, {}, target)
@@ -191,14 +196,16 @@ def _figures(methods: Mapping[str, _Method], algorithms: Sequence[str]) -> dict[
     plain = methods["plain"].tally.tps
     figures: dict[str, Any] = {"plain_tps": plain}
     for algorithm in algorithms:
-        gated, ungated = methods[algorithm.lower()], methods[algorithm.lower() + UNGATED]
-        for name, m in ((algorithm.lower(), gated), (algorithm.lower() + UNGATED, ungated)):
+        names = method_names(algorithm)
+        for name in names:
+            m = methods[name]
             figures[f"{name}_tps"] = m.tally.tps
             figures[f"{name}_vs_plain"] = runs.ratio(m.tally.tps, plain)
             figures[f"{name}_accept_len"] = m.tally.accept_len
             figures[f"{name}_draft_ms_per_step"] = m.tally.draft_ms_per_step
             figures[f"{name}_gated_share"] = runs.ratio(m.gated_steps, m.steps)
-        figures[f"{algorithm.lower()}_gate_gain"] = runs.ratio(gated.tally.tps, ungated.tally.tps)
+        gated, ungated = (methods[name].tally.tps for name in names)
+        figures[f"{names[0]}_gate_gain"] = runs.ratio(gated, ungated)
     return figures
 
 
@@ -226,7 +233,7 @@ def render(p: dict[str, Any]) -> str:
     header = ["method", "tok/s", "vs plain", "acceptance", "drafting ms/step", "steps left plain"]
     rows: list[list[Any]] = [["plain", p["plain_tps"], 1.0, 1.0, 0.0, 0.0]]
     for algorithm in s["speculative_algorithms"]:
-        for name in (algorithm.lower(), algorithm.lower() + UNGATED):
+        for name in method_names(algorithm):
             rows.append(
                 [
                     name,

@@ -111,9 +111,9 @@ class SpeculationGate:
     def observe(self, batch_size: int, tokens: int, seconds: float, plain_seconds: float) -> None:
         """A drafting step's outcome: the tokens it committed over its `batch_size` requests, its wall
         time, and what the plain step it stands for would have taken (one token a request)."""
-        if not self.policy.adaptive or batch_size < 1 or tokens < 1 or not seconds > 0.0:
+        if not self.policy.adaptive or batch_size < 1 or tokens < 1:
             return
-        if not plain_seconds > 0.0:
+        if not (seconds > 0.0 and plain_seconds > 0.0):
             return
         record = self._regimes.setdefault(regime(batch_size), _Regime())
         if record.warm_up:

@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
+from typing import TypeVar
 
 from treespec.shared.cli.arg_types import positive_float, positive_int
 from treespec.shared.cli.eagle_flags import add_drafting_arguments
 from treespec.shared.cli.speculation_flags import add_budget_arguments, add_cost_arguments
 from treespec.shared.launcher.shared_cores import shared_core_env
+
+T = TypeVar("T")
 
 # `bench eagle`: the co-located drafter's deadline per round; generous, so that a loaded machine never
 # falls back to plain decoding (which would measure the machine, not the drafter)
@@ -143,8 +147,13 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
 def _drafter_links(text: str) -> tuple[str, ...]:
     from treespec.bench.serve_bench import parse_links
 
+    return _argument(parse_links, text)
+
+
+def _argument(parse: Callable[[str], T], text: str) -> T:
+    """`parse(text)`, its ValueError as argparse's error for the flag."""
     try:
-        return parse_links(text)
+        return parse(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
@@ -207,10 +216,7 @@ def _batch_arguments(parser: argparse.ArgumentParser) -> None:
 def _batch_algorithms(text: str) -> tuple[str, ...]:
     from treespec.bench.batch_bench import parse_algorithms
 
-    try:
-        return parse_algorithms(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return _argument(parse_algorithms, text)
 
 
 def _node_cost_arguments(parser: argparse.ArgumentParser) -> None:
