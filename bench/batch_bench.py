@@ -102,7 +102,7 @@ def bench_batch(args: BatchBenchArgs) -> dict[str, Any]:
         waves = [range(w, w + args.batch) for w in range(0, len(prompts) - args.batch + 1, args.batch)]
         for r in range(args.rounds):
             for w, wave in enumerate(waves):
-                order = _rotated(list(methods), r * len(waves) + w)
+                order = runs.rotated(list(methods), r * len(waves) + w)
                 out = {name: _run_wave(name, methods[name], ids, wave, args, f"{name}-{r}") for name in order}
                 for name in (n for n in order if n != "plain"):
                     for i in wave:
@@ -154,11 +154,6 @@ def _engine(
         adaptive_speculation=adaptive,
     )
     return Engine(config, drafter, model)
-
-
-def _rotated(names: list[str], k: int) -> list[str]:
-    k %= len(names)
-    return names[k:] + names[:k]
 
 
 def _run_wave(

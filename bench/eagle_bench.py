@@ -1,8 +1,9 @@
 """`treespec bench eagle`: the engine plain vs EAGLE-3 (in process, co-located, and merged with n-gram
 matches) vs n-gram vs HF.
 
-Batch size 1, temperature 0, the same weights and prompts, interleaved prompt by prompt in one run, so
-that a drift of the machine's speed hits every method alike. EAGLE-3 drafts with the shipped head for
+Batch size 1, temperature 0, the same weights and prompts, interleaved prompt by prompt in one run and
+the methods' order turned by one from prompt to prompt, so that a drift of the machine's speed hits
+every method alike. EAGLE-3 drafts with the shipped head for
 the bundled SmolLM2-135M-Instruct (or --draft-path) under the --speculative-* tree budget (SGLang's
 5/4/8 by default), once in the verifier's process and once co-located: a `treespec drafter --kind
 eagle3 --colocate` process reading the target's tensors and features through shared memory, asked over
@@ -43,7 +44,7 @@ from treespec.shared.drafting.target_access import LocalTargetAccess
 from treespec.shared.launcher.colocated import colocated_drafter
 from treespec.shared.launcher.shared_cores import openmp_wait, shared_core_env
 from treespec.shared.model.loader import load_model
-from treespec.verifier.engine import Engine
+from treespec.verifier.engine import Engine, GenerationResult
 from treespec.verifier.request import SpeculationParams
 
 DRAFTER = "eagle3"
@@ -105,11 +106,13 @@ def bench_eagle(args: EagleBenchArgs) -> dict[str, Any]:
         n = args.max_new_tokens
         runs.warm_up(tokenizer, r.hf, *r.engines.values())
         for i, (prompt, ids) in enumerate(zip(prompts, prompt_ids, strict=True)):
-            out = {
-                m: runs.time_engine(engine, f"{m}-{i}", ids, n, tally, m, prompt.category, spec)
-                for m, (engine, spec) in r.engines.items()
-            }
-            runs.time_hf(r.hf, ids, n, tally, "hf_greedy", prompt.category)
+            out: dict[str, GenerationResult] = {}
+            for m in runs.rotated([*r.engines, "hf_greedy"], i):  # the order turned prompt by prompt
+                if m in r.engines:
+                    engine, spec = r.engines[m]
+                    out[m] = runs.time_engine(engine, f"{m}-{i}", ids, n, tally, m, prompt.category, spec)
+                else:
+                    runs.time_hf(r.hf, ids, n, tally, m, prompt.category)
             for m, check in checks.items():
                 check.check(prompt, ids, out[m].token_ids, out["plain"].token_ids)
             accepts = " ".join(f"{m} {out[m].stats.acceptance_length:.2f}" for m in SPECULATIVE)

@@ -1,6 +1,7 @@
 """`treespec bench ngram`: the engine plain vs the engine with the n-gram drafter vs HF prompt lookup.
 
-Batch size 1, temperature 0, the same weights and prompts, interleaved prompt by prompt in one run.
+Batch size 1, temperature 0, the same weights and prompts, interleaved prompt by prompt in one run,
+the methods' order turned by one from prompt to prompt.
 The n-gram engine drafts with SGLang's default n-gram budget (from the n-gram options); HF runs
 `generate(..., prompt_lookup_num_tokens=10)` in fp32. The n-gram output must equal the plain output
 (near-tie rule). The n-gram memory is the drafter's in-process one unless --redis-url names a Redis;
@@ -32,7 +33,7 @@ from treespec.shared.drafting.registry import create_drafter
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.loader import load_model
 from treespec.verifier.config import EngineConfig
-from treespec.verifier.engine import Engine
+from treespec.verifier.engine import Engine, GenerationResult
 from treespec.verifier.request import SpeculationParams
 
 DRAFTER = "ngram"
@@ -99,15 +100,12 @@ def bench_ngram(args: NgramBenchArgs) -> dict[str, Any]:
         for i, prompt in enumerate(prompts):
             ids = chat_prompt_ids(r.tokenizer, prompt.text)
             before = replace(tally.overall["plain"])
-            plain = runs.time_engine(r.plain, f"plain-{i}", ids, n, tally, "plain", prompt.category, None)
+            out = _run_prompt(r, i, prompt.category, ids, n, tally)
+            plain, ngram = out["plain"], out["ngram"]
             spent = tally.overall["plain"].since(before)
             _add_ceiling(
                 tally, prompt.category, ids, plain.token_ids, spent, args.config, r.speculation, r.node_cost
             )
-            ngram = runs.time_engine(
-                r.ngram, f"ngram-{i}", ids, n, tally, "ngram", prompt.category, r.speculation
-            )
-            runs.time_hf(r.hf, ids, n, tally, "hf_pld", prompt.category, prompt_lookup_num_tokens=PLD_TOKENS)
             greedy.check(prompt, ids, ngram.token_ids, plain.token_ids)
             print(
                 f"[{i + 1}/{len(prompts)}] {prompt.category}: {len(ngram.token_ids)} tokens,"
@@ -117,6 +115,22 @@ def bench_ngram(args: NgramBenchArgs) -> dict[str, Any]:
     finally:
         r.drafter.shutdown()
     return _payload(args, prompts, tally, greedy, r.speculation, r.node_cost)
+
+
+def _run_prompt(
+    r: _Runners, i: int, category: str, ids: list[int], n: int, tally: Throughput
+) -> dict[str, GenerationResult]:
+    """The three methods on prompt `i`, in an order turned by one from prompt to prompt (on a shared
+    VM a run's speed depends on what ran just before it); the engines' results."""
+    engines = {"plain": (r.plain, None), "ngram": (r.ngram, r.speculation)}
+    out: dict[str, GenerationResult] = {}
+    for method in runs.rotated(METHODS, i):
+        if method in engines:
+            engine, spec = engines[method]
+            out[method] = runs.time_engine(engine, f"{method}-{i}", ids, n, tally, method, category, spec)
+        else:
+            runs.time_hf(r.hf, ids, n, tally, method, category, prompt_lookup_num_tokens=PLD_TOKENS)
+    return out
 
 
 def _add_ceiling(

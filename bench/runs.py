@@ -94,6 +94,7 @@ class RunArgs(Protocol):
 
 
 ArgsT = TypeVar("ArgsT", bound=RunArgs)
+T = TypeVar("T")
 
 
 def run_bench(
@@ -292,6 +293,14 @@ class GreedyCheck:
             "near_tie_divergences": self.near_ties,
             "mismatches": self.mismatches,
         }
+
+
+def rotated(items: Sequence[T], k: int) -> list[T]:
+    """`items` begun at its `k`-th (mod its length): run by run the methods take turns at each place,
+    so that none always runs right after another (on a shared VM a run's speed depends on what ran
+    just before it: a long HF generate, another engine's allocations)."""
+    k %= len(items)
+    return [*items[k:], *items[:k]]
 
 
 def ratio(a: float, b: float) -> float:

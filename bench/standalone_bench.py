@@ -1,10 +1,11 @@
 """`treespec bench standalone`: the engine plain vs with a standalone draft model vs HF's assisted
 generation with the same draft model.
 
-Batch size 1, temperature 0, the same weights and prompts, interleaved prompt by prompt in one run. The
-standalone engine drafts with the draft model (`--draft-path`, required) under the --speculative-* tree
-budget, in process; HF runs `generate(..., assistant_model=draft)` in fp32, its own speculative
-decoding with a draft model. The standalone output must equal the plain output (near-tie rule).
+Batch size 1, temperature 0, the same weights and prompts, interleaved prompt by prompt in one run, the
+methods' order turned by one from prompt to prompt. The standalone engine drafts with the draft model
+(`--draft-path`, required) under the --speculative-* tree budget, in process; HF runs `generate(...,
+assistant_model=draft)` in fp32, its own speculative decoding with a draft model. The standalone
+output must equal the plain output (near-tie rule).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from treespec.drafter.standalone.config import StandaloneConfig
 from treespec.shared.drafting.drafter import Drafter, DrafterContext
 from treespec.shared.drafting.registry import create_drafter
 from treespec.shared.model.loader import load_model
-from treespec.verifier.engine import Engine
+from treespec.verifier.engine import Engine, GenerationResult
 from treespec.verifier.request import SpeculationParams
 
 DRAFTER = "standalone"
@@ -70,11 +71,8 @@ def bench_standalone(args: StandaloneBenchArgs) -> dict[str, Any]:
         runs.warm_up(r.tokenizer, r.hf, (r.plain, None), (r.standalone, spec), assistant_model=r.hf_draft)
         for i, prompt in enumerate(prompts):
             ids = chat_prompt_ids(r.tokenizer, prompt.text)
-            plain = runs.time_engine(r.plain, f"plain-{i}", ids, n, tally, "plain", prompt.category, None)
-            drafted = runs.time_engine(
-                r.standalone, f"standalone-{i}", ids, n, tally, "standalone", prompt.category, spec
-            )
-            runs.time_hf(r.hf, ids, n, tally, "hf_assisted", prompt.category, assistant_model=r.hf_draft)
+            out = _run_prompt(r, i, prompt.category, ids, n, spec, tally)
+            plain, drafted = out["plain"], out["standalone"]
             greedy.check(prompt, ids, drafted.token_ids, plain.token_ids)
             print(
                 f"[{i + 1}/{len(prompts)}] {prompt.category}: {len(drafted.token_ids)} tokens,"
@@ -84,6 +82,24 @@ def bench_standalone(args: StandaloneBenchArgs) -> dict[str, Any]:
     finally:
         r.drafter.shutdown()
     return _payload(args, prompts, tally, greedy, r.node_cost)
+
+
+def _run_prompt(
+    r: _Runners, i: int, category: str, ids: list[int], n: int, spec: SpeculationParams, tally: Throughput
+) -> dict[str, GenerationResult]:
+    """The three methods on prompt `i`, in an order turned by one from prompt to prompt; the engines'
+    results."""
+    engines = {"plain": (r.plain, None), "standalone": (r.standalone, spec)}
+    out: dict[str, GenerationResult] = {}
+    for method in runs.rotated(METHODS, i):
+        if method in engines:
+            engine, speculation = engines[method]
+            out[method] = runs.time_engine(
+                engine, f"{method}-{i}", ids, n, tally, method, category, speculation
+            )
+        else:
+            runs.time_hf(r.hf, ids, n, tally, method, category, assistant_model=r.hf_draft)
+    return out
 
 
 def _load(args: StandaloneBenchArgs, prompts: list[BenchPrompt]) -> _Runners:

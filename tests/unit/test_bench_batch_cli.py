@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.unit.bench_prompts import copy_and_qa_argv
-from treespec.bench.batch_bench import BatchBenchArgs, _Method, _payload, _rotated, parse_algorithms, render
+from treespec.bench.batch_bench import BatchBenchArgs, _Method, _payload, parse_algorithms, render
 from treespec.bench.prompts import BenchPrompt
 from treespec.bench.runs import GreedyCheck
 from treespec.shared.cli.main import build_parser, main
@@ -49,13 +49,6 @@ def test_bad_algorithms_fail_before_loading(text: str, capsys: pytest.CaptureFix
     with pytest.raises(SystemExit) as exit_info:
         main(["bench", "batch", "--speculative-algorithm", text])
     assert exit_info.value.code == 2 and "EAGLE3, NGRAM" in capsys.readouterr().err
-
-
-def test_the_order_rotates_from_wave_to_wave() -> None:
-    names = ["plain", "ngram", "ngram_ungated"]
-    orders = [_rotated(names, k) for k in range(4)]
-    assert [o[0] for o in orders] == ["plain", "ngram", "ngram_ungated", "plain"]
-    assert all(sorted(o) == sorted(names) for o in orders)
 
 
 def test_payload_figures_and_table(bench_defaults: tuple[Path, Path]) -> None:
