@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
@@ -49,8 +50,12 @@ class CommitStage:
     drafter: Drafter | None
     totals: SpecStats
     publisher: FeaturePublisher = field(default_factory=FeaturePublisher)
+    # The last run's time spent on the drafter's behalf: publishing features and telling it what each
+    # request committed (its history, its memory's writes). Work a plain step does not do.
+    drafter_s: float = 0.0
 
     def run(self, result: ForwardResult, verdicts: list[Verdict]) -> list[RequestOutput]:
+        self.drafter_s = 0.0
         features = self._publish(result, verdicts)
         self._compact(verdicts)
         for item in result.items:
@@ -65,11 +70,14 @@ class CommitStage:
         ring = self.drafter.feature_ring if self.drafter is not None else None
         if ring is None:
             return {}
+        start = time.perf_counter()
         try:
             return self.publisher.publish(ring, result, verdicts)
         except Exception as exc:  # the drafter's trouble never reaches the request: it just gets none
             log.warning("publishing features failed, drafting without them: %r", exc)
             return {}
+        finally:
+            self.drafter_s += time.perf_counter() - start
 
     def _compact(self, verdicts: list[Verdict]) -> None:
         """Accepted node path[j] sits in scratch slot kv_len + path[j]; it belongs at kv_len + j."""
@@ -123,10 +131,13 @@ class CommitStage:
 
     def _tell_drafter(self, request_id: str, tokens: list[int], features: FeatureSlots | None) -> None:
         assert self.drafter is not None
+        start = time.perf_counter()
         try:
             self.drafter.commit(request_id, tokens, features)
         except Exception as exc:  # the drafter's trouble never reaches the request
             log.warning("drafter commit failed for %s: %r", request_id, exc)
+        finally:
+            self.drafter_s += time.perf_counter() - start
 
 
 def _logprobs(verdict: Verdict, emitted: list[int], result: ForwardResult) -> TokenLogprobs | None:

@@ -200,13 +200,14 @@ class Engine:
                 self.scheduler.trim(self._states[out.request_id])
         for state in self.scheduler.running:
             self.scheduler.cache_committed(state)
-        self.last_step = StepTimes(time.perf_counter() - step_start, draft_s, gated)
+        self.last_step = StepTimes(time.perf_counter() - step_start, draft_s, gated, self._commit.drafter_s)
         self.timings.add(self.last_step)
         if asks and not batch.prefills and all(s.prediction is None for s in batch.decodes):
-            # The plain step this one stands for: less the drafting, less the draft rows' part of the
-            # forward (not a step verifying a predicted output's chain: its tokens are the request's).
+            # The plain step this one stands for: less the drafting (asking for trees, telling the
+            # drafter what was committed), less the draft rows' part of the forward (not a step
+            # verifying a predicted output's chain: its tokens are the request's).
             step_s, plain_share = self.last_step.step_s, cost.plain_share(batch_size, rows, drafted)
-            plain_s = step_s - (draft_s or 0.0) - forward_s * (1.0 - plain_share)
+            plain_s = step_s - self.last_step.drafting_s - forward_s * (1.0 - plain_share)
             self.gate.observe(batch_size, committed, step_s, plain_s)
         return outputs
 

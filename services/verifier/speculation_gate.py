@@ -10,14 +10,15 @@ the operator must find (`disable_by_batch_size`, honoured too: steps of that man
 never draft); this gate measures.
 
 Every drafting step (a decode step without a prefill chunk) is compared with the plain step it stands
-for, measured within the step itself: its wall time less the drafting time and less the part of its
-forward that the draft rows took, by the verify cost's split of a forward into a part per step, per
-row and per tree (the engine's `plain_seconds`). Plain steps taken now and then to compare with were
-first tried: on a shared VM the machine's speed drifted by up to 2x within seconds, far more than the
-few percent to be told apart, and drafting steps came out 40% faster than plain ones taken a few
-seconds before. The ratio of a step's tokens per second to its plain step's (the plain step commits
-one token a request) is averaged, with its spread, per batch regime (1, 2-3, 4-7, 8-15, ... decodes,
-as the verify cost's fit has them: the batch moves within one as requests finish and join).
+for, measured within the step itself: its wall time less the drafting time (asking for trees, and
+telling the drafter what each request committed: its history and memory writes, EAGLE's features) and
+less the part of its forward that the draft rows took, by the verify cost's split of a forward into a
+part per step, per row and per tree (the engine's `plain_s`). Plain steps taken now and then to compare
+with were first tried: on a shared VM the machine's speed drifted by up to 2x within seconds, far more
+than the few percent to be told apart, and drafting steps came out 40% faster than plain ones taken a
+few seconds before. The ratio of a step's tokens per second to its plain step's (the plain step commits
+one token a request) is averaged, with its spread, per batch regime (1, 2-3, 4-7, 8-15, ... decodes, as
+the verify cost's fit has them: the batch moves within one as requests finish and join).
 
 Drafting is left out when the average falls below 1 by more than `MARGIN` plus `Z` standard errors: a
 batch's steps commit about the same tokens each, so its figures settle within a few steps, while a

@@ -17,6 +17,12 @@ class StepTimes:
     step_s: float  # the whole step: draft, forward, verify, commit
     draft_s: float | None  # asking the drafter for trees; None without one, or when the gate left it out
     gated: bool = False  # the speculation gate left the drafter out of this step (speculation_gate.py)
+    told_s: float = 0.0  # telling the drafter what was committed, and publishing its features
+
+    @property
+    def drafting_s(self) -> float:
+        """All of the step's time spent on the drafter's behalf, which a plain step would not take."""
+        return (self.draft_s or 0.0) + self.told_s
 
 
 @dataclass
@@ -26,10 +32,12 @@ class StepTimings:
     steps: int = 0
     step_s: float = 0.0
     draft_s: float = 0.0  # over the steps with a drafter
+    told_s: float = 0.0  # telling the drafter what was committed, over every step (gated ones too)
     gated_steps: int = 0  # steps the speculation gate ran without asking the drafter
 
     def add(self, times: StepTimes) -> None:
         self.steps += 1
         self.step_s += times.step_s
         self.draft_s += times.draft_s or 0.0
+        self.told_s += times.told_s
         self.gated_steps += times.gated

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.verifier.test_engine_greedy import PROMPTS, VOCAB, engine, greedy, plain
-from tests.unit.verifier.test_step_timing import SlowDrafter
+from tests.unit.verifier.test_step_timing import SlowDrafter, SlowToCommitDrafter
 from treespec.drafter.oracle.drafter import OracleDrafter
 from treespec.drafter.random_tree.drafter import RandomTreeDrafter
 from treespec.shared.model.causal_lm import CausalLM
@@ -21,6 +21,10 @@ DELAY_S = 0.1  # a drafting round's delay: far beyond a tiny-model step, even on
 
 
 class SlowerDrafter(SlowDrafter):
+    delay_s = DELAY_S
+
+
+class SlowerToCommitDrafter(SlowToCommitDrafter):
     delay_s = DELAY_S
 
 
@@ -42,6 +46,16 @@ def test_a_drafter_that_only_slows_decoding_is_left_out(tiny_path: Path, tiny_mo
     assert MIN_STEPS <= asked <= 2 * MIN_STEPS + 1
     assert t.draft_s >= DELAY_S * asked
     assert e.last_step is not None
+
+
+def test_a_drafter_slow_to_take_commits_is_left_out(tiny_path: Path, tiny_model: CausalLM) -> None:
+    """Random trees at once, but every commit DELAY_S late: telling the drafter is drafting too."""
+    want = engine(tiny_path, tiny_model).generate([greedy(0, spec=False, n=N)])
+    e = engine(tiny_path, tiny_model, SlowerToCommitDrafter(VOCAB, seed=3))
+    got = e.generate([greedy(0, n=N)])
+    assert tokens(got) == tokens(want)
+    asked = e.timings.steps - 1 - e.timings.gated_steps
+    assert e.timings.gated_steps >= FIRST_WAIT and asked <= 2 * MIN_STEPS + 1
 
 
 def test_a_drafter_that_pays_is_never_left_out(tiny_path: Path, tiny_model: CausalLM) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from tests.unit.verifier.test_engine_greedy import VOCAB, engine, greedy
 from treespec.drafter.random_tree.drafter import RandomTreeDrafter
 from treespec.shared.drafting.drafter import DraftQuery
+from treespec.shared.drafting.features import FeatureSlots
 from treespec.shared.drafting.token_tree import TokenTree
 from treespec.shared.model.causal_lm import CausalLM
 
@@ -26,6 +27,16 @@ class SlowDrafter(RandomTreeDrafter):
         return super().propose(queries)
 
 
+class SlowToCommitDrafter(RandomTreeDrafter):
+    """Random trees, each commit `delay_s` late (a drafter's history or memory writes)."""
+
+    delay_s = DELAY_S
+
+    def commit(self, request_id: str, tokens: Sequence[int], features: FeatureSlots | None = None) -> None:
+        time.sleep(self.delay_s)
+        super().commit(request_id, tokens, features)
+
+
 def test_drafting_time_is_counted_apart_from_the_step(tiny_path: Path, tiny_model: CausalLM) -> None:
     # Every step drafts (no speculation gate, which would soon leave out so slow a drafter).
     e = engine(tiny_path, tiny_model, SlowDrafter(VOCAB, seed=3), adaptive_speculation=False)
@@ -39,6 +50,21 @@ def test_drafting_time_is_counted_apart_from_the_step(tiny_path: Path, tiny_mode
     assert DELAY_S * decode_steps <= t.draft_s < t.step_s <= wall
 
 
+def test_telling_the_drafter_is_counted_as_drafting(tiny_path: Path, tiny_model: CausalLM) -> None:
+    e = engine(tiny_path, tiny_model, SlowToCommitDrafter(VOCAB, seed=3), adaptive_speculation=False)
+    e.add_request(greedy(0, n=6))
+    told = 0.0
+    while e.has_work():
+        e.step()
+        step = e.last_step
+        assert step is not None and step.drafting_s == (step.draft_s or 0.0) + step.told_s
+        # Every step but the last tells the drafter its tokens (a finished request is closed instead).
+        assert step.told_s >= DELAY_S or not e.has_work()
+        told += step.told_s
+    assert e.timings.told_s == told >= DELAY_S * (e.timings.steps - 1)
+    assert e.timings.draft_s < e.timings.told_s < e.timings.step_s
+
+
 def test_without_a_drafter_no_step_drafts(tiny_path: Path, tiny_model: CausalLM) -> None:
     e = engine(tiny_path, tiny_model)
     e.add_request(greedy(0, spec=False, n=3))
@@ -46,7 +72,7 @@ def test_without_a_drafter_no_step_drafts(tiny_path: Path, tiny_model: CausalLM)
     assert e.last_step is not None and e.last_step.draft_s is None and e.last_step.step_s > 0
     while e.has_work():
         e.step()
-    assert e.timings.draft_s == 0.0 and e.timings.steps >= 3  # a prefill, then 2 decode steps
+    assert e.timings.draft_s == e.timings.told_s == 0.0 and e.timings.steps >= 3  # a prefill, 2 decodes
 
 
 def test_generate_shows_each_output_as_it_comes(tiny_path: Path, tiny_model: CausalLM) -> None:
