@@ -228,7 +228,7 @@ def time_engine(
     prediction: Sequence[int] = (),
     cache_salt: str = "",
 ) -> GenerationResult:
-    drafting = engine.timings.draft_s
+    drafting = engine.timings.drafting_s
     first_token: list[float] = []
 
     def seen(output: RequestOutput) -> None:
@@ -238,7 +238,7 @@ def time_engine(
     start = time.perf_counter()
     result = engine.generate([request(rid, ids, n, spec, prediction, cache_salt)], on_output=seen)[rid]
     end = time.perf_counter()
-    stats, draft_s = result.stats, engine.timings.draft_s - drafting
+    stats, draft_s = result.stats, engine.timings.drafting_s - drafting
     first_token_s = (first_token[0] if first_token else end) - start
     tally.add(
         method,
@@ -255,7 +255,8 @@ def time_engine(
 
 
 def drafting_figures(method: str, tally: Tally) -> dict[str, float]:
-    """A speculative method's drafting time per verify step (ms) and share of its time."""
+    """A speculative method's drafting time per verify step (ms) and share of its time: asking the
+    drafter for trees and telling it what each request committed (StepTimings.drafting_s)."""
     return {
         f"{method}_draft_ms_per_step": tally.draft_ms_per_step,
         f"{method}_draft_share": tally.draft_share,

@@ -41,3 +41,8 @@ class StepTimings:
         self.draft_s += times.draft_s or 0.0
         self.told_s += times.told_s
         self.gated_steps += times.gated
+
+    @property
+    def drafting_s(self) -> float:
+        """All the time spent on the drafter's behalf: asking it for trees and telling it commits."""
+        return self.draft_s + self.told_s

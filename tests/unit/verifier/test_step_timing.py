@@ -63,6 +63,7 @@ def test_telling_the_drafter_is_counted_as_drafting(tiny_path: Path, tiny_model:
         told += step.told_s
     assert e.timings.told_s == told >= DELAY_S * (e.timings.steps - 1)
     assert e.timings.draft_s < e.timings.told_s < e.timings.step_s
+    assert e.timings.drafting_s == e.timings.draft_s + e.timings.told_s
 
 
 def test_without_a_drafter_no_step_drafts(tiny_path: Path, tiny_model: CausalLM) -> None:
