@@ -3,16 +3,15 @@ matches) vs n-gram vs HF.
 
 Batch size 1, temperature 0, the same weights and prompts, interleaved prompt by prompt in one run and
 the methods' order turned by one from prompt to prompt, so that a drift of the machine's speed hits
-every method alike. EAGLE-3 drafts with the shipped head for
-the bundled SmolLM2-135M-Instruct (or --draft-path) under the --speculative-* tree budget (SGLang's
-5/4/8 by default), once in the verifier's process and once co-located: a `treespec drafter --kind
-eagle3 --colocate` process reading the target's tensors and features through shared memory, asked over
-its local socket as `treespec serve` asks it, with a generous deadline (a missed one would mean plain
-decoding); and once more in process with
-the n-gram drafter's trees merged in (--speculative-eagle-ngram). The n-gram engine drafts with
-its own default budget; HF runs greedy `generate` in fp32. Every speculative output must equal the plain
-output (near-tie rule). Targets: EAGLE-3 acceptance length >= 3.0; EAGLE-3 tokens/s >= 1.8x plain and
->= 2.5x HF; co-located within 10% of in process.
+every method alike. EAGLE-3 drafts with the shipped head for the bundled SmolLM2-135M-Instruct (or
+--draft-path) under the --speculative-* tree budget (SGLang's 5/4/8 by default), once in the verifier's
+process and once co-located: a `treespec drafter --kind eagle3 --colocate` process reading the target's
+tensors and features through shared memory, asked over its local socket as `treespec serve` asks it,
+with a generous deadline (a missed one would mean plain decoding); and once more in process with the
+n-gram drafter's trees merged in (--speculative-eagle-ngram). The n-gram engine drafts with its own
+default budget; HF runs greedy `generate` in fp32. Every speculative output must equal the plain output
+(near-tie rule). Targets: EAGLE-3 acceptance length >= 3.0; EAGLE-3 tokens/s >= 1.8x plain and >= 2.5x
+HF; co-located within 10% of in process.
 """
 
 from __future__ import annotations
