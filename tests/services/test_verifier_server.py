@@ -231,6 +231,9 @@ def check_metrics(server: VerifierServer) -> None:
     assert steps > 0 and registry.get_sample_value("treespec_verifier_draft_seconds_count") == steps - gated
     step_s = registry.get_sample_value("treespec_verifier_step_seconds_sum") or 0
     assert 0 < (registry.get_sample_value("treespec_verifier_draft_seconds_sum") or 0) < step_s
+    # every step ran with the drafter, so every one told it what its requests committed (or closed them)
+    assert registry.get_sample_value("treespec_verifier_drafter_commit_seconds_count") == steps
+    assert 0 < (registry.get_sample_value("treespec_verifier_drafter_commit_seconds_sum") or 0) < step_s
     assert registry.get_sample_value("treespec_verifier_kv_blocks_used") == 0
     # the prices drafters are given, as the engine holds them after its last step (measured at start,
     # then refined); the last step's figures are published just after its outputs went out

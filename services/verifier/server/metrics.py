@@ -71,6 +71,11 @@ class VerifierMetrics:
         self.draft_seconds = self._seconds(
             "draft", "Time an engine step spent asking the drafter for trees (with a drafter only)."
         )
+        self.drafter_commit_seconds = self._seconds(
+            "drafter_commit",
+            "Time an engine step spent telling the drafter what each request committed, and publishing "
+            "its features (with a drafter only, gated steps too).",
+        )
         self.gated_steps = Counter(
             PREFIX + "speculation_gated_steps",
             "Decode steps the speculation gate ran without asking the drafter (drafting measured slower "
@@ -126,11 +131,14 @@ class VerifierMetrics:
 
     def engine_stepped(self, snapshot: EngineSnapshot) -> None:
         if snapshot.last_step is not None:
-            self.step_seconds.observe(snapshot.last_step.step_s)
-            if snapshot.last_step.draft_s is not None:
-                self.draft_seconds.observe(snapshot.last_step.draft_s)
-            if snapshot.last_step.gated:
+            step = snapshot.last_step
+            self.step_seconds.observe(step.step_s)
+            if step.draft_s is not None:
+                self.draft_seconds.observe(step.draft_s)
+            if step.gated:
                 self.gated_steps.inc()
+            if step.draft_s is not None or step.gated:  # a step with a drafter
+                self.drafter_commit_seconds.observe(step.told_s)
         self.running_requests.set(snapshot.running_requests)
         self.waiting_requests.set(snapshot.waiting_requests)
         self.kv_blocks_used.set(snapshot.kv_blocks_used)
