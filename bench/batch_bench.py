@@ -162,7 +162,7 @@ def _run_wave(
     """The wave's requests at once through this method's engine, timed; outputs by prompt index."""
     engine = method.engine
     steps, gated = engine.timings.steps, engine.timings.gated_steps
-    draft_s = engine.timings.drafting_s
+    drafting = engine.timings.drafting_s
     requests = [
         runs.request(f"{name}-{salt}-{i}", ids[i], args.max_new_tokens, method.spec, cache_salt=salt)
         for i in wave
@@ -175,7 +175,7 @@ def _run_wave(
         seconds,
         sum(r.stats.verify_steps for r in results.values()),
         sum(r.stats.committed_tokens for r in results.values()),
-        draft_seconds=engine.timings.drafting_s - draft_s,
+        draft_seconds=engine.timings.drafting_s - drafting,
         drafted=sum(r.stats.drafted_tokens for r in results.values()),
     )
     method.steps += engine.timings.steps - steps

@@ -43,7 +43,7 @@ from treespec.shared.drafting.target_access import LocalTargetAccess
 from treespec.shared.launcher.colocated import colocated_drafter
 from treespec.shared.launcher.shared_cores import openmp_wait, shared_core_env
 from treespec.shared.model.loader import load_model
-from treespec.verifier.engine import Engine, GenerationResult
+from treespec.verifier.engine import Engine
 from treespec.verifier.request import SpeculationParams
 
 DRAFTER = "eagle3"
@@ -105,13 +105,7 @@ def bench_eagle(args: EagleBenchArgs) -> dict[str, Any]:
         n = args.max_new_tokens
         runs.warm_up(tokenizer, r.hf, *r.engines.values())
         for i, (prompt, ids) in enumerate(zip(prompts, prompt_ids, strict=True)):
-            out: dict[str, GenerationResult] = {}
-            for m in runs.rotated([*r.engines, "hf_greedy"], i):  # the order turned prompt by prompt
-                if m in r.engines:
-                    engine, spec = r.engines[m]
-                    out[m] = runs.time_engine(engine, f"{m}-{i}", ids, n, tally, m, prompt.category, spec)
-                else:
-                    runs.time_hf(r.hf, ids, n, tally, m, prompt.category)
+            out = runs.time_in_turn(i, ids, n, tally, prompt.category, r.engines, r.hf, "hf_greedy")
             for m, check in checks.items():
                 check.check(prompt, ids, out[m].token_ids, out["plain"].token_ids)
             accepts = " ".join(f"{m} {out[m].stats.acceptance_length:.2f}" for m in SPECULATIVE)

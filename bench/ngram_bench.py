@@ -33,7 +33,7 @@ from treespec.shared.drafting.registry import create_drafter
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.loader import load_model
 from treespec.verifier.config import EngineConfig
-from treespec.verifier.engine import Engine, GenerationResult
+from treespec.verifier.engine import Engine
 from treespec.verifier.request import SpeculationParams
 
 DRAFTER = "ngram"
@@ -97,10 +97,21 @@ def bench_ngram(args: NgramBenchArgs) -> dict[str, Any]:
         runs.warm_up(
             r.tokenizer, r.hf, (r.plain, None), (r.ngram, r.speculation), prompt_lookup_num_tokens=PLD_TOKENS
         )
+        engines = {"plain": (r.plain, None), "ngram": (r.ngram, r.speculation)}
         for i, prompt in enumerate(prompts):
             ids = chat_prompt_ids(r.tokenizer, prompt.text)
             before = replace(tally.overall["plain"])
-            out = _run_prompt(r, i, prompt.category, ids, n, tally)
+            out = runs.time_in_turn(
+                i,
+                ids,
+                n,
+                tally,
+                prompt.category,
+                engines,
+                r.hf,
+                "hf_pld",
+                prompt_lookup_num_tokens=PLD_TOKENS,
+            )
             plain, ngram = out["plain"], out["ngram"]
             spent = tally.overall["plain"].since(before)
             _add_ceiling(
@@ -115,22 +126,6 @@ def bench_ngram(args: NgramBenchArgs) -> dict[str, Any]:
     finally:
         r.drafter.shutdown()
     return _payload(args, prompts, tally, greedy, r.speculation, r.node_cost)
-
-
-def _run_prompt(
-    r: _Runners, i: int, category: str, ids: list[int], n: int, tally: Throughput
-) -> dict[str, GenerationResult]:
-    """The three methods on prompt `i`, in an order turned by one from prompt to prompt (on a shared
-    VM a run's speed depends on what ran just before it); the engines' results."""
-    engines = {"plain": (r.plain, None), "ngram": (r.ngram, r.speculation)}
-    out: dict[str, GenerationResult] = {}
-    for method in runs.rotated(METHODS, i):
-        if method in engines:
-            engine, spec = engines[method]
-            out[method] = runs.time_engine(engine, f"{method}-{i}", ids, n, tally, method, category, spec)
-        else:
-            runs.time_hf(r.hf, ids, n, tally, method, category, prompt_lookup_num_tokens=PLD_TOKENS)
-    return out
 
 
 def _add_ceiling(

@@ -296,6 +296,29 @@ class GreedyCheck:
         }
 
 
+def time_in_turn(
+    i: int,
+    ids: list[int],
+    n: int,
+    tally: Throughput,
+    category: str,
+    engines: Mapping[str, tuple[Engine, SpeculationParams | None]],
+    hf: transformers.PreTrainedModel,
+    hf_method: str,
+    **hf_kwargs: Any,
+) -> dict[str, GenerationResult]:
+    """Prompt `i` through each engine and through HF generate (`hf_method`, with `hf_kwargs`), timed,
+    in an order turned by one from prompt to prompt (`rotated`); the engines' results."""
+    out: dict[str, GenerationResult] = {}
+    for method in rotated([*engines, hf_method], i):
+        if method == hf_method:
+            time_hf(hf, ids, n, tally, method, category, **hf_kwargs)
+        else:
+            engine, spec = engines[method]
+            out[method] = time_engine(engine, f"{method}-{i}", ids, n, tally, method, category, spec)
+    return out
+
+
 def rotated(items: Sequence[T], k: int) -> list[T]:
     """`items` begun at its `k`-th (mod its length): run by run the methods take turns at each place,
     so that none always runs right after another (on a shared VM a run's speed depends on what ran

@@ -26,7 +26,7 @@ from treespec.drafter.standalone.config import StandaloneConfig
 from treespec.shared.drafting.drafter import Drafter, DrafterContext
 from treespec.shared.drafting.registry import create_drafter
 from treespec.shared.model.loader import load_model
-from treespec.verifier.engine import Engine, GenerationResult
+from treespec.verifier.engine import Engine
 from treespec.verifier.request import SpeculationParams
 
 DRAFTER = "standalone"
@@ -69,9 +69,12 @@ def bench_standalone(args: StandaloneBenchArgs) -> dict[str, Any]:
     n, spec = args.max_new_tokens, args.speculation
     try:
         runs.warm_up(r.tokenizer, r.hf, (r.plain, None), (r.standalone, spec), assistant_model=r.hf_draft)
+        engines = {"plain": (r.plain, None), "standalone": (r.standalone, spec)}
         for i, prompt in enumerate(prompts):
             ids = chat_prompt_ids(r.tokenizer, prompt.text)
-            out = _run_prompt(r, i, prompt.category, ids, n, spec, tally)
+            out = runs.time_in_turn(
+                i, ids, n, tally, prompt.category, engines, r.hf, "hf_assisted", assistant_model=r.hf_draft
+            )
             plain, drafted = out["plain"], out["standalone"]
             greedy.check(prompt, ids, drafted.token_ids, plain.token_ids)
             print(
@@ -82,24 +85,6 @@ def bench_standalone(args: StandaloneBenchArgs) -> dict[str, Any]:
     finally:
         r.drafter.shutdown()
     return _payload(args, prompts, tally, greedy, r.node_cost)
-
-
-def _run_prompt(
-    r: _Runners, i: int, category: str, ids: list[int], n: int, spec: SpeculationParams, tally: Throughput
-) -> dict[str, GenerationResult]:
-    """The three methods on prompt `i`, in an order turned by one from prompt to prompt; the engines'
-    results."""
-    engines = {"plain": (r.plain, None), "standalone": (r.standalone, spec)}
-    out: dict[str, GenerationResult] = {}
-    for method in runs.rotated(METHODS, i):
-        if method in engines:
-            engine, speculation = engines[method]
-            out[method] = runs.time_engine(
-                engine, f"{method}-{i}", ids, n, tally, method, category, speculation
-            )
-        else:
-            runs.time_hf(r.hf, ids, n, tally, method, category, assistant_model=r.hf_draft)
-    return out
 
 
 def _load(args: StandaloneBenchArgs, prompts: list[BenchPrompt]) -> _Runners:
