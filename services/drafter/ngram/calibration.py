@@ -6,7 +6,10 @@ outcomes, and keeps only nodes whose path probability is worth their cost. Kinds
 strength of the match that proposed the node, its depth and its rank among its siblings.
 
 Estimates are Beta posteriors: a drafter-wide one learns from all traffic, and a per-request one
-starts from the drafter-wide mean and adapts to the request (copying text vs. free writing). Kinds are
+starts from the drafter-wide mean and adapts to the request (copying text vs. free writing). The
+drafter-wide prior of a kind is the estimate of the same kind one level up (depth 1: a cold mean):
+with one cold mean for all depths, a chain whose nodes were accepted 90% of the time down to depth 5
+fell below the node cost at depth 6, which was then never drafted, so never learned. Kinds are
 many, so a request sees few outcomes of each; what it tells early is how its matches fare against the
 drafter-wide estimates as a whole. So a request's prior for every kind is the drafter-wide estimate
 times the request's factor: its accepted nodes over the drafter-wide estimates' sum for them (with
@@ -35,6 +38,12 @@ def node_kind(bucket: int, depth: int, rank: int, share: float = 1.0) -> NodeKin
     """`share`: the node's part of its parent's candidate weight (1: every candidate goes on this way)."""
     agreement = min(AGREEMENT_BUCKETS - 1, int(share * AGREEMENT_BUCKETS))
     return (bucket, min(depth, MAX_DEPTH_BUCKET), min(rank, MAX_RANK_BUCKET), agreement)
+
+
+def _shallower(kind: NodeKind) -> NodeKind | None:
+    """The same kind of node one level up; None at depth 1."""
+    bucket, depth, rank, agreement = kind
+    return (bucket, depth - 1, rank, agreement) if depth > 1 else None
 
 
 @dataclass
@@ -86,9 +95,10 @@ class AcceptanceModel:
                 counts.accepted += float(accepted)
 
     def _prior(self, kind: NodeKind) -> float:
-        if self.parent is None:
-            return PRIOR_MEAN
-        return min(MAX_PRIOR, self.parent.probability(kind) * self._factor.value)
+        if self.parent is not None:
+            return min(MAX_PRIOR, self.parent.probability(kind) * self._factor.value)
+        shallower = _shallower(kind)
+        return PRIOR_MEAN if shallower is None else self.probability(shallower)
 
     def _lineage(self) -> Iterable[AcceptanceModel]:
         model: AcceptanceModel | None = self

@@ -192,6 +192,22 @@ def test_a_request_carries_how_its_matches_fare_over_to_kinds_it_has_not_seen() 
     assert all(0.0 < m.probability(unseen) < 1.0 for m in (writing, copying))
 
 
+def test_a_depth_never_drafted_starts_from_the_estimate_one_level_up() -> None:
+    """Chains of long matches accepted down to depth 5 make depth 6 as likely as depth 5, not the
+    cold prior: a prior of 0.4 there made every chain's path probability fall below the node cost at
+    depth 6, so that depth was never drafted and never learned."""
+    shared = AcceptanceModel()
+    bucket = local_bucket(6)
+    shared.child().observe([(node_kind(bucket, d, 0), True) for d in range(1, 6)] * 40)
+    depth5, depth6 = shared.probability(node_kind(bucket, 5, 0)), shared.probability(node_kind(bucket, 6, 0))
+    assert depth5 > 0.9 and depth6 == pytest.approx(depth5)
+    assert shared.probability(node_kind(bucket, 8, 0)) == pytest.approx(depth5)  # down to the cap
+    assert shared.probability(node_kind(bucket, 1, 1)) == pytest.approx(0.4)  # another rank: cold
+    shared.child().observe([(node_kind(bucket, 6, 0), False)] * 10)  # depth 6 learns its own
+    assert shared.probability(node_kind(bucket, 6, 0)) < 0.3 < depth5
+    assert shared.probability(node_kind(bucket, 7, 0)) < 0.3  # and passes it on down
+
+
 def test_nodes_that_do_not_pay_for_their_verify_rows_are_left_out() -> None:
     def estimate(kind: NodeKind) -> float:
         return {0: 0.9, 1: 0.1}.get(kind[2], 0.05)  # by sibling rank
