@@ -30,6 +30,10 @@ that ends in a failed try doubles, up to `MAX_WAIT`. A verdict is about the requ
 from: once none of the requests of the step that left drafting out is in the batch (at batch size 1,
 the next request), the wait ends in a try for the new ones (the waits still double while tries fail:
 turning over a batch of eight at a time, waits started afresh cost most of what the gate saved).
+Likewise a batch none of whose requests was in the regime's last step (at batch size 1, the next
+request) starts the average afresh, its first step uncounted: a request was judged on the steps of
+the one before it, so that after seven slow steps of another request one step of its own sent a
+request that copied its prompt word for word into a wait that outlasted it.
 Outputs never change: a step that does not draft is plain decoding.
 """
 
@@ -145,9 +149,12 @@ class SpeculationGate:
         if not self.policy.adaptive:
             return True
         record = self._regimes.setdefault(regime(batch_size), _Regime())
+        turned_over = bool(record.batch) and record.batch.isdisjoint(batch)
         record.batch = batch
         if record.wait > 0 and record.judged.isdisjoint(batch):  # other requests now: a try for them
             record.wait, record.warm_up = 0, True
+        elif turned_over and record.wait == 0:  # other requests now: judged on their own steps
+            record.speed, record.warm_up = _Average(), True
         if record.wait == 0:
             return True
         record.wait -= 1

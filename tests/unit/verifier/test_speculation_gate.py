@@ -113,6 +113,25 @@ def test_a_verdict_ends_with_the_requests_it_was_drawn_from() -> None:
     assert not gate.leaves_out(8)
 
 
+def test_a_new_batch_is_judged_on_its_own_steps() -> None:
+    """At batch size 1, a request's steps never count toward the verdict on the next one: after a
+    request whose drafting ran slow for fewer steps than a verdict needs, the next one drafts its
+    first step uncounted and MIN_STEPS of its own before any verdict; so does a batch that turned
+    over whole."""
+    gate = SpeculationGate()
+    run(gate, MIN_STEPS - 1, steady(0.5, batch_size=1), batch_size=1)
+    asked = run(gate, 1 + MIN_STEPS + 4, steady(1.0, batch_size=1), batch_size=1, first=1)
+    assert all(asked) and gate.left_out_steps == 0
+    run(gate, MIN_STEPS - 1, steady(0.5))
+    assert all(run(gate, 1 + MIN_STEPS + 4, steady(1.0), first=8))
+    # Within a batch that keeps some of its requests the average goes on: slow steps before a
+    # request joins (the first of a new batch uncounted) count toward the verdict that follows.
+    run(gate, MIN_STEPS, steady(0.5), first=16)
+    assert not gate.leaves_out(8)
+    assert run(gate, 1, steady(0.5), first=17) == [True]
+    assert gate.leaves_out(8)
+
+
 def test_disable_by_batch_size_leaves_out_that_many_decodes_and_more() -> None:
     gate = SpeculationGate(GatePolicy(adaptive=False, disable_by_batch_size=4))
     assert all(gate.drafts(batch(b)) for b in (1, 2, 3))
