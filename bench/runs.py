@@ -228,7 +228,7 @@ def time_engine(
     prediction: Sequence[int] = (),
     cache_salt: str = "",
 ) -> GenerationResult:
-    drafting = engine.timings.drafting_s
+    drafting, gated = engine.timings.drafting_s, engine.timings.gated_steps
     first_token: list[float] = []
 
     def seen(output: RequestOutput) -> None:
@@ -250,23 +250,28 @@ def time_engine(
         draft_s,
         first_token_s,
         stats.drafted_tokens,
+        engine.timings.gated_steps - gated,
     )
     return result
 
 
 def drafting_figures(method: str, tally: Tally) -> dict[str, float]:
     """A speculative method's drafting time per verify step (ms) and share of its time: asking the
-    drafter for trees and telling it what each request committed (StepTimings.drafting_s)."""
+    drafter for trees and telling it what each request committed (StepTimings.drafting_s); and the
+    share of its steps the speculation gate left plain."""
     return {
         f"{method}_draft_ms_per_step": tally.draft_ms_per_step,
         f"{method}_draft_share": tally.draft_share,
+        f"{method}_gated_share": tally.gated_share,
     }
 
 
 def drafting_line(p: Mapping[str, Any], methods: Sequence[str]) -> str:
-    """What drafting cost each method: ms per verify step and share of its time."""
+    """What drafting cost each method: ms per verify step and share of its time; the steps the gate
+    left plain."""
     parts = [
-        f"{m} {p[f'{m}_draft_ms_per_step']:.2f} ms/step ({100 * p[f'{m}_draft_share']:.0f}% of its time)"
+        f"{m} {p[f'{m}_draft_ms_per_step']:.2f} ms/step ({100 * p[f'{m}_draft_share']:.0f}% of its time,"
+        f" {100 * p[f'{m}_gated_share']:.0f}% of its steps left plain by the gate)"
         for m in methods
     ]
     return "drafting: " + "   ".join(parts)

@@ -15,6 +15,7 @@ class Tally:
     draft_seconds: float = 0.0  # of `seconds`, spent asking the drafter for trees
     first_token_seconds: float = 0.0  # of `seconds`, until the first token (the prefill, mostly)
     drafted: int = 0  # draft nodes verified
+    gated_steps: int = 0  # of the engine's steps, those the speculation gate left plain
 
     @property
     def tps(self) -> float:
@@ -28,6 +29,11 @@ class Tally:
     def nodes_per_step(self) -> float:
         """Draft nodes verified per verify step."""
         return self.drafted / self.verify_steps if self.verify_steps else 0.0
+
+    @property
+    def gated_share(self) -> float:
+        """The share of verify steps the speculation gate left plain (batch size 1: one step each)."""
+        return self.gated_steps / self.verify_steps if self.verify_steps else 0.0
 
     @property
     def draft_ms_per_step(self) -> float:
@@ -52,6 +58,7 @@ class Tally:
         draft_seconds: float = 0.0,
         first_token_seconds: float = 0.0,
         drafted: int = 0,
+        gated_steps: int = 0,
     ) -> None:
         self.tokens += tokens
         self.seconds += seconds
@@ -60,6 +67,7 @@ class Tally:
         self.draft_seconds += draft_seconds
         self.first_token_seconds += first_token_seconds
         self.drafted += drafted
+        self.gated_steps += gated_steps
 
     def since(self, earlier: Tally) -> Tally:
         """What was added after `earlier`, a copy of this tally taken before."""
@@ -86,8 +94,18 @@ class Throughput:
         draft_seconds: float = 0.0,
         first_token_seconds: float = 0.0,
         drafted: int = 0,
+        gated_steps: int = 0,
     ) -> None:
-        figures = (tokens, seconds, steps, committed, draft_seconds, first_token_seconds, drafted)
+        figures = (
+            tokens,
+            seconds,
+            steps,
+            committed,
+            draft_seconds,
+            first_token_seconds,
+            drafted,
+            gated_steps,
+        )
         self.by_category[method][category].add(*figures)
         self.overall[method].add(*figures)
 

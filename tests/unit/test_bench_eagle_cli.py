@@ -170,7 +170,9 @@ def test_payload_has_the_issue_keys_and_targets(bench_defaults: tuple[Path, Path
     assert p["ngram_draft_ms_per_step"] == 62.5 and p["eagle3_colocated_draft_share"] == 0.25
     text = render(p)
     assert "eagle3 / plain: 2.00x   eagle3 / hf: 3.00x   co-located / in-process: 0.80x" in text
-    assert "drafting: eagle3 62.50 ms/step (25% of its time)   eagle3_colocated 52.08 ms/step" in text
+    assert p["eagle3_gated_share"] == 0.0
+    assert "drafting: eagle3 62.50 ms/step (25% of its time, 0% of its steps left plain by the gate)" in text
+    assert "   eagle3_colocated 52.08 ms/step" in text
     assert "3.00 pass" in text and "0.80 FAIL" in text and "targets: FAIL" in text
     assert "eagle3+ngram / plain: 2.50x   eagle3+ngram / hf: 3.75x   eagle3+ngram accept: 4.00" in text
     assert "eagle3_colocated greedy output equals plain's (near-tie rule): True" in text

@@ -69,7 +69,18 @@ def test_payload_has_the_issue_keys(bench_defaults: tuple[Path, Path]) -> None:
     tally = Throughput()
     for method, seconds, steps in (("plain", 2.0, 0), ("ngram", 1.0, 4), ("hf_pld", 1.6, 0)):
         draft_s = 0.1 if steps else 0.0
-        tally.add(method, "coding", 8, seconds, steps, 8 if steps else 0, draft_s, first_token_seconds=0.5)
+        gated = 1 if steps else 0  # the gate left one of NGRAM's four steps plain
+        tally.add(
+            method,
+            "coding",
+            8,
+            seconds,
+            steps,
+            8 if steps else 0,
+            draft_s,
+            first_token_seconds=0.5,
+            gated_steps=gated,
+        )
     tally.add(CEILING, "coding", 8, 0.8, 2, 7, 0.0, first_token_seconds=0.5)
     prompts = [BenchPrompt(1, "coding", "hi")]
     greedy = GreedyCheck(lambda ids: torch.zeros(4))
@@ -86,7 +97,11 @@ def test_payload_has_the_issue_keys(bench_defaults: tuple[Path, Path]) -> None:
     # A quarter of plain decoding's time went to the first token: what drafting cannot shorten.
     assert p["plain_first_token_share"] == 0.25 == p["per_category"]["coding"]["plain_first_token_share"]
     assert "ngram / plain: 2.00x   ngram / hf_pld: 1.60x" in render(p)
-    assert "drafting: ngram 25.00 ms/step (10% of its time)" in render(p)
+    assert p["ngram_gated_share"] == 0.25
+    assert (
+        "drafting: ngram 25.00 ms/step (10% of its time, 25% of its steps left plain by the gate)"
+        in render(p)
+    )
     # The copy ceiling: 7 tokens after the first in 2 steps; 10 tokens/s against plain decoding's 4.
     assert p["copy_ceiling_accept_len"] == 3.5 and p["copy_ceiling_tps"] == 10.0
     assert p["copy_ceiling_vs_plain"] == 2.5 == p["per_category"]["coding"]["copy_ceiling_vs_plain"]
