@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Callable
@@ -27,31 +28,31 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "engine", help="in-process engine vs HF generate vs oracle trees (CPU, batch 1)"
     )
     _engine_arguments(engine)
-    engine.set_defaults(handler=_engine)
+    engine.set_defaults(handler=_runs("engine_bench"))
     ngram = verbs.add_parser(
         "ngram", help="the engine plain vs with the n-gram drafter vs HF prompt lookup (CPU, batch 1)"
     )
     _ngram_arguments(ngram)
-    ngram.set_defaults(handler=_ngram)
+    ngram.set_defaults(handler=_runs("ngram_bench"))
     prediction = verbs.add_parser(
         "prediction",
         help="a rewrite with the text as OpenAI's predicted output: plain vs the prediction vs n-gram"
         " with and without it (CPU, batch 1)",
     )
     _ngram_arguments(prediction)
-    prediction.set_defaults(handler=_prediction)
+    prediction.set_defaults(handler=_runs("prediction_bench"))
     eagle = verbs.add_parser(
         "eagle",
         help="the engine plain vs EAGLE-3 (in process, co-located) vs n-gram vs HF generate (CPU, batch 1)",
     )
     _eagle_arguments(eagle)
-    eagle.set_defaults(handler=_eagle)
+    eagle.set_defaults(handler=_runs("eagle_bench", before=_wait_as_colocated))
     standalone = verbs.add_parser(
         "standalone",
         help="the engine plain vs with a standalone draft model vs HF assisted generation (CPU, batch 1)",
     )
     _standalone_arguments(standalone)
-    standalone.set_defaults(handler=_standalone)
+    standalone.set_defaults(handler=_runs("standalone_bench"))
     prefix = verbs.add_parser(
         "prefix", help="a conversation's second turn with prefix caching vs without (CPU, batch 1)"
     )
@@ -67,39 +68,39 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         prefix, "the draft model's folder, for STANDALONE (whose own prefix cache goes with the engine's)"
     )
     add_cost_arguments(prefix)
-    prefix.set_defaults(handler=_prefix)
+    prefix.set_defaults(handler=_runs("prefix_bench"))
     layout = verbs.add_parser(
         "layout", help="a forward of 1-16 rows in each CPU weight layout: panel kernel, library, dense"
     )
     _layout_arguments(layout)
-    layout.set_defaults(handler=_layout)
+    layout.set_defaults(handler=_runs("layout_bench"))
     prefill = verbs.add_parser(
         "prefill", help="a prompt's chunked prefill with the own prefill attention kernel and with SDPA"
     )
     _prefill_arguments(prefill)
-    prefill.set_defaults(handler=_prefill)
+    prefill.set_defaults(handler=_runs("prefill_bench"))
     burst = verbs.add_parser(
         "burst",
         help="single requests with the n-gram drafter before and after a burst of concurrent ones (CPU)",
     )
     _burst_arguments(burst)
-    burst.set_defaults(handler=_burst)
+    burst.set_defaults(handler=_runs("burst_bench"))
     node_cost = verbs.add_parser(
         "node-cost",
         help="the n-gram drafter at its measured node cost and at fixed multiples of it vs plain (CPU,"
         " batch 1)",
     )
     _node_cost_arguments(node_cost)
-    node_cost.set_defaults(handler=_node_cost)
+    node_cost.set_defaults(handler=_runs("node_cost_bench"))
     batch = verbs.add_parser(
         "batch",
         help="requests decoded at once: plain vs each drafter with and without the speculation gate (CPU)",
     )
     _batch_arguments(batch)
-    batch.set_defaults(handler=_batch)
+    batch.set_defaults(handler=_runs("batch_bench"))
     serve = verbs.add_parser("serve", help="HTTP streaming through the services vs the in-process engine")
     _serve_arguments(serve)
-    serve.set_defaults(handler=_serve)
+    serve.set_defaults(handler=_runs("serve_bench"))
     for per_category in (engine, ngram, prediction, eagle, standalone, node_cost):
         per_category.add_argument(
             "--plot",
@@ -300,49 +301,6 @@ def _prefill_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", help="write the figures to this JSON file")
 
 
-def _prefill(ns: argparse.Namespace) -> int:
-    from treespec.bench.prefill_bench import run
-
-    return run(ns)
-
-
-def _layout(ns: argparse.Namespace) -> int:
-    from treespec.bench.layout_bench import run
-
-    return run(ns)
-
-
-def _engine(ns: argparse.Namespace) -> int:
-    from treespec.bench.engine_bench import run
-
-    return run(ns)
-
-
-def _ngram(ns: argparse.Namespace) -> int:
-    from treespec.bench.ngram_bench import run
-
-    return run(ns)
-
-
-def _prediction(ns: argparse.Namespace) -> int:
-    from treespec.bench.prediction_bench import run
-
-    return run(ns)
-
-
-def _standalone(ns: argparse.Namespace) -> int:
-    from treespec.bench.standalone_bench import run
-
-    return run(ns)
-
-
-def _eagle(ns: argparse.Namespace) -> int:
-    _wait_as_colocated()
-    from treespec.bench.eagle_bench import run
-
-    return run(ns)
-
-
 def _wait_as_colocated() -> None:
     """This process is the verifier side of the co-located drafter that `bench eagle` measures, so its
     OpenMP threads wait as `treespec serve` starts a co-located verifier (every method of the run then
@@ -352,31 +310,14 @@ def _wait_as_colocated() -> None:
         os.environ.update(shared_core_env(os.environ))
 
 
-def _prefix(ns: argparse.Namespace) -> int:
-    from treespec.bench.prefix_bench import run
+def _runs(module: str, before: Callable[[], None] | None = None) -> Callable[[argparse.Namespace], int]:
+    """A verb's handler: `before` (if any), then `treespec.bench.<module>`'s run, imported only as the
+    verb runs (torch and transformers load with it, which `treespec --help` need not wait for)."""
 
-    return run(ns)
+    def handler(ns: argparse.Namespace) -> int:
+        if before is not None:
+            before()
+        run: Callable[[argparse.Namespace], int] = importlib.import_module(f"treespec.bench.{module}").run
+        return run(ns)
 
-
-def _burst(ns: argparse.Namespace) -> int:
-    from treespec.bench.burst_bench import run
-
-    return run(ns)
-
-
-def _node_cost(ns: argparse.Namespace) -> int:
-    from treespec.bench.node_cost_bench import run
-
-    return run(ns)
-
-
-def _batch(ns: argparse.Namespace) -> int:
-    from treespec.bench.batch_bench import run
-
-    return run(ns)
-
-
-def _serve(ns: argparse.Namespace) -> int:
-    from treespec.bench.serve_bench import run
-
-    return run(ns)
+    return handler
