@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from treespec.kernels.row_ops import top_logprobs
+from treespec.shared.drafting.child_odds import ChildOdds
 from treespec.shared.drafting.token_tree import TokenTree, TreeBudget
 from treespec.shared.drafting.tree_value import nodes_worth_verifying
 
@@ -26,6 +27,7 @@ class SearchTree:
     root_token: int
     budget: TreeBudget
     min_path_prob: float = 0.0  # nodes less likely than this (by draft probability) are not drafted
+    odds: ChildOdds = field(default_factory=ChildOdds)  # the request's recent children (child_odds.py)
     tokens: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)  # cumulative log q
@@ -65,9 +67,11 @@ class SearchTree:
         likely = [i for i in nodes if self.scores[i] >= floor]
         return sorted(likely, key=lambda i: (-self.scores[i], i))[:n]
 
-    def mass(self, nodes: list[int]) -> float:
-        """The nodes' total path probability: the most their children can add to the accepted length."""
-        return sum(math.exp(self.scores[i]) for i in nodes)
+    def level_gain(self, nodes: list[int]) -> float:
+        """The tokens expanding `nodes` is expected to add, less their children's verify rows
+        (child_odds.py)."""
+        path_probs = [math.exp(self.scores[i]) for i in nodes]
+        return self.odds.level_gain(path_probs, self.budget.topk, self.budget.node_cost)
 
     def can_add_kept(self, frontier: list[int]) -> bool:
         """Whether expanding `frontier` could change the kept nodes. Not when the best
@@ -140,8 +144,11 @@ LevelPass = Callable[[list[tuple[int, list[int]]]], tuple[list[list[int]], list[
 def grow_levels(trees: Sequence[SearchTree], level_cost: float, expand: LevelPass) -> None:
     """Levels 2..num_steps of every tree at once: each level, `expand` runs the drafter once over the
     best `topk` nodes of the last level of every tree still growing, which is one whose frontier's
-    path probability is worth a draft pass (`level_cost`, in target steps) and whose frontier's
-    children could still be kept (`SearchTree.can_add_kept`)."""
+    children are expected to be worth a draft pass (`level_cost`, in target steps; each tree's
+    `odds` learn from its first level and from every expansion) and could still be kept
+    (`SearchTree.can_add_kept`)."""
+    for t in trees:
+        t.odds.observe(t.logq[1:])  # the root's children: the first level, best first
     frontier = [t.best(list(range(1, len(t.tokens))), t.budget.topk) for t in trees]
     level = 1
     while True:
@@ -150,7 +157,7 @@ def grow_levels(trees: Sequence[SearchTree], level_cost: float, expand: LevelPas
             for i, t in enumerate(trees)
             if level < t.budget.num_steps
             and frontier[i]
-            and t.mass(frontier[i]) >= level_cost
+            and t.level_gain(frontier[i]) >= level_cost
             and t.can_add_kept(frontier[i])
         ]
         if not active:
@@ -160,7 +167,9 @@ def grow_levels(trees: Sequence[SearchTree], level_cost: float, expand: LevelPas
         for i, nodes in active:
             tree, new_level = trees[i], []
             for node in nodes:
-                new_level += tree.add_ranked(node, tokens[row], logq[row])
+                children = tree.add_ranked(node, tokens[row], logq[row])
+                tree.odds.observe([tree.logq[c] for c in children])
+                new_level += children
                 row += 1
             frontier[i] = tree.best(new_level, tree.budget.topk)
         level += 1

@@ -27,10 +27,10 @@ class EagleConfig:
     # Leave out nodes whose draft path probability is lower: each costs a verify row (and a head row
     # when expanded) for little chance of acceptance. 0 keeps SGLang's fixed-size trees.
     min_path_prob: float = 0.0
-    # A head step's cost in target decode steps. The tree grows another level only while the total
-    # path probability of the nodes it would expand (the most that level can add to the accepted
-    # length) reaches this cost. None: the weights a head step multiplies by over the target's (both
-    # steps are bound by reading their weights); 0: always `num_steps` levels, as SGLang does.
+    # A head step's cost in target decode steps. The tree grows another level only while the tokens
+    # the children it would add are expected to add, less their verify rows, reach this cost
+    # (shared/drafting/child_odds.py). None: the weights a head step multiplies by over the target's
+    # (both steps are bound by reading their weights); 0: always `num_steps` levels, as SGLang does.
     level_cost: float | None = None
     # The dtype of the head's weights when it drafts on a CPU (packed_matmul.py): `auto` takes int8
     # where the panel kernel builds, else bfloat16 where oneDNN multiplies it natively.

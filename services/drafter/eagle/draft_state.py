@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from treespec.shared.drafting.child_odds import ChildOdds
 from treespec.shared.drafting.draft_pacing import DraftPacing
 
 
@@ -67,6 +68,7 @@ class DraftState:
     last_hidden: torch.Tensor | None = None  # [H]: head output at next_position - 1
     last_logprobs: torch.Tensor | None = None  # [draft vocab]: its next-token distribution (log)
     pacing: DraftPacing = field(default_factory=DraftPacing)  # whether drafting pays for this request
+    child_odds: ChildOdds = field(default_factory=ChildOdds)  # what a level of its trees is worth
 
     def add_features(self, start: int, rows: torch.Tensor) -> None:
         """Features of positions start, start + 1, ...; already processed ones are dropped (a recompute),

@@ -162,7 +162,7 @@ class EagleDrafter(Drafter):
             ):
                 searches.append(None)
                 continue
-            search = SearchTree(state.tokens[-1], query.budget, self.config.min_path_prob)
+            search = SearchTree(state.tokens[-1], query.budget, self.config.min_path_prob, state.child_odds)
             assert state.last_logprobs is not None
             search.add_children(0, state.last_logprobs, self._vocab_ids)
             searches.append(search)

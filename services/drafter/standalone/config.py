@@ -28,8 +28,9 @@ class StandaloneConfig:
     draft_probs: bool = True  # return sibling probabilities (siblings ordered as a draw from them)
     seed: int = 0  # the sibling-order draws
     # As the EAGLE drafter's (eagle/config.py): leave out nodes whose draft path probability is lower,
-    # and grow another level only while the nodes it would expand reach `level_cost` of total path
-    # probability. None: the draft model's weights per step over the target's; 0: every level.
+    # and grow another level only while the children it would add are expected to pay for their verify
+    # rows and for `level_cost` (shared/drafting/child_odds.py). None: the draft model's weights per step
+    # over the target's; 0: every level.
     min_path_prob: float = 0.0
     level_cost: float | None = None
     # Keep the draft K/V of prompt prefixes for later requests (the verifier's prefix caching, which

@@ -10,8 +10,8 @@ the same forward pass as the target (shared/model/causal_lm.py) over a paged KV 
    conversation, a system prompt) is found in its prefix cache and not read again.
 2. Growth: EAGLE-2's dynamic tree (shared/drafting/tree_search.py): each level expands the `topk`
    best frontier nodes of every request in one forward, each node attending to the request's cache
-   and its own ancestors' scratch K/V, while the nodes are likely enough to pay for a draft step
-   (`level_cost`).
+   and its own ancestors' scratch K/V, while the children a level would add are expected to pay for
+   a draft step (`level_cost`) and their verify rows (shared/drafting/child_odds.py).
 
 It reads only token ids, so it runs in any drafter process: in the verifier's, or behind the drafter
 server over gRPC. Trees carry draft probabilities, so sampling verification stays lossless.
@@ -28,6 +28,7 @@ import torch
 from treespec.drafter.standalone.config import StandaloneConfig
 from treespec.drafter.standalone.draft_cache import DraftCache, DraftSequence
 from treespec.drafter.standalone.vocabulary import check_same_vocabulary
+from treespec.shared.drafting.child_odds import ChildOdds
 from treespec.shared.drafting.draft_pacing import DraftPacing
 from treespec.shared.drafting.drafter import Drafter, DrafterContext, DraftQuery
 from treespec.shared.drafting.features import FeatureSlots
@@ -51,6 +52,7 @@ class _Request:
     seq: DraftSequence
     logprobs: torch.Tensor | None = None
     pacing: DraftPacing = field(default_factory=DraftPacing)
+    child_odds: ChildOdds = field(default_factory=ChildOdds)  # what a level of its trees is worth
 
     @property
     def behind(self) -> int:
@@ -143,7 +145,7 @@ class StandaloneDrafter(Drafter):
             return None
         if not self.cache.reserve(request.seq, length + budget.topk * (budget.num_steps - 1)):
             return None
-        search = SearchTree(request.tokens[-1], budget, self.config.min_path_prob)
+        search = SearchTree(request.tokens[-1], budget, self.config.min_path_prob, request.child_odds)
         search.add_children(0, request.logprobs, None)
         return search
 

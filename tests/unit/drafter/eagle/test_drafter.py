@@ -25,6 +25,7 @@ from treespec.drafter.eagle import packed_matmul
 from treespec.kernels.tree_mask import tree_depths
 from treespec.shared.cli.main import build_parser
 from treespec.shared.cli.plugin_flags import plugin_options
+from treespec.shared.drafting.child_odds import ChildOdds
 from treespec.shared.drafting.drafter import DraftQuery
 from treespec.shared.drafting.token_tree import TokenTree, TreeBudget
 from treespec.shared.drafting.tree_search import SearchTree
@@ -35,9 +36,9 @@ from treespec.verifier.request import GenerationRequest, SamplingParams, Specula
 # make every step many times slower.
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-# About the median path probability of the frontiers these random heads expand: some levels are worth
-# growing, some not.
-MIXED_LEVEL_COST = {"eagle": 0.08, "eagle3": 0.6}
+# About the median expected gain (child_odds.py) of the levels these random heads could grow: some
+# levels are worth growing, some not.
+MIXED_LEVEL_COST = {"eagle": 0.02, "eagle3": 0.6}
 
 
 @pytest.mark.parametrize("mixed", [False, True], ids=["every-level", "levels-worth-a-step"])
@@ -53,14 +54,14 @@ def test_greedy_output_equals_plain_decoding(
 ) -> None:
     level_cost = MIXED_LEVEL_COST[name] if mixed else 0.0
     drafter = make_drafter(name, heads[name], tiny_model, tiny_path, level_cost=level_cost)
-    masses: list[float] = []
-    mass = SearchTree.mass
+    gains: list[float] = []
+    level_gain = SearchTree.level_gain
 
     def recorded(tree: SearchTree, nodes: list[int]) -> float:
-        masses.append(mass(tree, nodes))
-        return masses[-1]
+        gains.append(level_gain(tree, nodes))
+        return gains[-1]
 
-    monkeypatch.setattr(SearchTree, "mass", recorded)
+    monkeypatch.setattr(SearchTree, "level_gain", recorded)
     budgets = [EAGLE, SpeculationParams(num_draft_tokens=4, num_steps=2, eagle_topk=2), EAGLE, PLAIN, EAGLE]
     # A small prefill chunk: prompts arrive over several steps, their features held until the last.
     engine = tiny_engine(tiny_path, tiny_model, drafter, chunk=8)
@@ -69,7 +70,7 @@ def test_greedy_output_equals_plain_decoding(
     assert engine.stats.drafted_tokens > 0
     assert engine.num_free_blocks == engine.allocator.num_blocks
     if mixed:  # trees of one batch grown to different depths
-        assert min(masses) < level_cost <= max(masses)
+        assert min(gains) < level_cost <= max(gains)
 
 
 @pytest.mark.parametrize("matmul_dtype", ["float32", "bfloat16", "int8"])
@@ -207,7 +208,7 @@ def test_the_default_level_cost_weighs_a_head_step_against_a_target_step(
         make_drafter(name, heads[name], tiny_model, tiny_path, level_cost=1.0)
 
 
-def test_a_level_grows_only_while_its_nodes_are_worth_a_head_step(
+def test_a_level_grows_only_while_its_children_are_expected_to_be_worth_a_head_step(
     heads: dict[str, Path], tiny_path: Path, tiny_model: CausalLM
 ) -> None:
     drafters = {
@@ -224,16 +225,19 @@ def test_a_level_grows_only_while_its_nodes_are_worth_a_head_step(
         depths[cost] = int(tree_depths(tree.parents).max())
     # A random head's top-3 are far from a path probability of 0.999: only the root's children.
     assert depths == {0.0: 4, 0.999: 1}
-    # Between the two: a level is grown exactly when the nodes it expands reach the cost.
+    # Between the two: a request whose odds are new has seen only the root's children when its tree
+    # decides on the second level, so it expects each frontier node's children to be as likely, rank
+    # by rank, as those (the root's path probability is 1): the gain is the frontier's total path
+    # probability squared.
     state = drafters[0.0]._requests["r"]
     search = SearchTree(state.tokens[-1], budget)
     assert state.last_logprobs is not None
     first = search.add_children(0, state.last_logprobs, drafters[0.0]._vocab_ids)
-    mass = search.mass(search.best(first, budget.topk))
-    assert mass == pytest.approx(sum(math.exp(search.scores[i]) for i in first))
-    for cost, depth in ((mass * 0.99, 2), (mass * 1.01, 1)):
+    mass = sum(math.exp(search.scores[i]) for i in first)
+    for cost, depth in ((mass * mass * 0.99, 2), (mass * mass * 1.01, 1)):
         drafter = make_drafter("eagle3", heads["eagle3"], tiny_model, tiny_path, level_cost=cost)
         drafter._requests["r"] = state
+        state.child_odds = ChildOdds()
         (tree,) = drafter.propose([DraftQuery("r", budget)])
         assert tree is not None and int(tree_depths(tree.parents).max()) >= depth
         if depth == 1:
