@@ -21,10 +21,15 @@ PROMPT_TAIL_TOKENS = 16  # the prompt's last tokens, read for a reasoning end th
 
 
 async def start_chat(
-    state: GatewayState, body: ChatCompletionRequest, id_prefix: str, prompt_param: str = "messages"
+    state: GatewayState,
+    body: ChatCompletionRequest,
+    id_prefix: str,
+    prompt_param: str = "messages",
+    limit_param: str | None = None,
 ) -> tuple[GenerationRun, ChatReplies]:
-    """The request's generation (nothing sent yet) and how its text becomes replies; `prompt_param`:
-    the request's field that a prompt error points at."""
+    """The request's generation (nothing sent yet) and how its text becomes replies; `prompt_param`
+    and `limit_param`: the request's fields that a prompt error and a token limit error point at
+    (None: the chat field that holds the limit)."""
     tools = _tool_calling(state, body)
     messages = template_messages(body.messages)
     template = request_template(body.chat_template, state.config.trust_request_chat_template)
@@ -41,6 +46,7 @@ async def start_chat(
         grammar_after=grammar_after,
         prompt_param=prompt_param,
         prediction=prediction,
+        limit_param=limit_param,
     )
     return run, ChatReplies(reasoning, tools)
 

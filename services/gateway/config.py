@@ -42,6 +42,9 @@ class GatewayConfig:
     chat_template: str | None = None
     # Whether a request may bring its own chat template (vLLM's `chat_template` field).
     trust_request_chat_template: bool = False
+    # A token limit the client set beyond the context's room after the prompt: cut to that room
+    # (SGLang's --allow-auto-truncate); by default a 400, as vLLM and SGLang answer.
+    allow_auto_truncate: bool = False
 
     def __post_init__(self) -> None:
         if not self.verifier_addresses:

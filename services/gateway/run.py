@@ -17,7 +17,14 @@ from treespec.gateway.generation import ChoiceEnd, ChoiceJob, Event, run_choice
 from treespec.gateway.observation import Observation
 from treespec.gateway.outcome import Outcome
 from treespec.gateway.responses import MetaInfo, Usage
-from treespec.gateway.sampling import check_min_tokens, check_prompt, check_token_ids, choice_jobs, truncated
+from treespec.gateway.sampling import (
+    check_min_tokens,
+    check_prompt,
+    check_token_ids,
+    check_token_limit,
+    choice_jobs,
+    truncated,
+)
 from treespec.gateway.schemas import SamplingFields
 from treespec.gateway.sse import StreamUsage
 from treespec.gateway.state import GatewayState
@@ -46,16 +53,21 @@ class GenerationRun:
         grammar_after: str = "",
         prompt_param: str = "prompt",
         prediction: Sequence[int] = (),
+        limit_param: str | None = None,
     ) -> GenerationRun:
         """Cut the prompts to `truncate_prompt_tokens` where the request asks, check them against the
-        model (context length, vocabulary; `prompt_param` names the field an error points at), plan
-        the choices. Nothing is sent to the verifier until `events` is iterated. `grammar_after`: a
-        thinking model's end of reasoning, after which the request's constraint holds ("": from the
-        start). `prediction`: a predicted output's tokens, which every choice drafts from."""
+        model (context length, vocabulary, a token limit the client set; `prompt_param` names the
+        field a prompt error points at, `limit_param` the client's name for the body's token limit
+        where the body was made from another request), plan the choices. Nothing is sent to the
+        verifier until `events` is iterated. `grammar_after`: a thinking model's end of reasoning,
+        after which the request's constraint holds ("": from the start). `prediction`: a predicted
+        output's tokens, which every choice drafts from."""
         info = await state.verifier.model_info()
         prompts = [truncated(p, body.truncate_prompt_tokens, info) for p in prompts]
+        limit_param = _limit_param(body, limit_param, state.config.allow_auto_truncate)
         for prompt_ids in prompts:
             check_prompt(prompt_ids, info, prompt_param)
+            check_token_limit(len(prompt_ids), token_limit, limit_param, info)
         check_token_ids(body.allowed_token_ids or (), info, "allowed_token_ids")
         check_token_ids([int(t) for t in body.logit_bias or {}], info, "logit_bias")
         check_min_tokens(body.min_tokens, token_limit)
@@ -110,3 +122,12 @@ class GenerationRun:
             async for _ in events:
                 pass
         return self.outcome
+
+
+def _limit_param(body: SamplingFields, rename: str | None, auto_truncate: bool) -> str | None:
+    """The field a token limit beyond the context is refused in (`rename`: the client's name for
+    it); None where it is cut instead: a default limit, or the gateway cuts every limit."""
+    given = body.token_limit_param
+    if given is None or auto_truncate:
+        return None
+    return rename or given

@@ -35,6 +35,23 @@ def check_prompt(prompt_ids: Sequence[int], info: ModelInfo, param: str) -> None
         )
 
 
+def check_token_limit(prompt_len: int, token_limit: int | None, param: str | None, info: ModelInfo) -> None:
+    """Refuse a token limit the client set (`param`: its field; None: a default limit, which is cut
+    to the context's room) beyond the room the context leaves after the prompt, as vLLM and SGLang
+    refuse it; `treespec gateway --allow-auto-truncate` cuts it instead (SGLang's flag)."""
+    room = info.context_length - prompt_len
+    if param is None or token_limit is None or token_limit <= room:
+        return
+    raise APIError(
+        400,
+        f"'{param}' is too large: {token_limit}. This model's maximum context length is "
+        f"{info.context_length} tokens and your request has {prompt_len} input tokens "
+        f"({token_limit} > {info.context_length} - {prompt_len}).",
+        code="context_length_exceeded",
+        param=param,
+    )
+
+
 def truncated(prompt_ids: list[int], keep: int | None, info: ModelInfo) -> list[int]:
     """The prompt's last `keep` tokens (vLLM's truncate_prompt_tokens; -1: as many as leave room
     for one new token; None: all of them)."""

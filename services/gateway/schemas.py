@@ -181,6 +181,12 @@ class SamplingFields(ConstraintFields):
         return None
 
     @property
+    def token_limit_param(self) -> str | None:
+        """The field the client set its token limit in; None: it set none, and the limit is the
+        endpoint's default (cut to the room the context leaves, never refused)."""
+        return "max_tokens" if self.max_tokens is not None else None
+
+    @property
     def prompt_logprob_count(self) -> int | None:
         """The same for the prompt's tokens (vLLM's `prompt_logprobs`; completions' `echo`)."""
         return self.prompt_logprobs
@@ -390,6 +396,12 @@ class ChatCompletionRequest(SamplingFields, PromptEndingFields, ChatTemplateFiel
     def token_limit(self) -> int | None:
         """Tokens to generate at most; None: up to the context length."""
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    @property
+    def token_limit_param(self) -> str | None:
+        if self.max_completion_tokens is not None:
+            return "max_completion_tokens"
+        return super().token_limit_param
 
 
 Prompt = UnicodeText | list[UnicodeText] | list[TokenId] | list[list[TokenId]]

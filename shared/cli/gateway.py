@@ -48,7 +48,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def add_chat_template_arguments(p: argparse.ArgumentParser) -> None:
-    """vLLM's (and SGLang's) flags for the chat template."""
+    """vLLM's (and SGLang's) flags for the prompt: the chat template, and a limit beyond the context."""
     p.add_argument(
         "--chat-template",
         default=None,
@@ -59,6 +59,12 @@ def add_chat_template_arguments(p: argparse.ArgumentParser) -> None:
         "--trust-request-chat-template",
         action="store_true",
         help="take a request's own chat template (its chat_template field; default: a 400)",
+    )
+    p.add_argument(
+        "--allow-auto-truncate",
+        action="store_true",
+        help="cut a max_tokens beyond the context's room after the prompt to that room (SGLang's; "
+        "default: a 400, as vLLM and SGLang answer)",
     )
 
 
@@ -154,6 +160,7 @@ def _run(ns: argparse.Namespace) -> int:
         responses_store_ttl_s=ns.responses_store_ttl,
         chat_template=template,
         trust_request_chat_template=ns.trust_request_chat_template,
+        allow_auto_truncate=ns.allow_auto_truncate,
     )
     provider = build_tracer_provider("treespec-gateway")
     install_tracer_provider(provider)

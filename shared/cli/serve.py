@@ -71,6 +71,7 @@ class ServeConfig:
     responses_store_ttl_s: int = DEFAULT_RESPONSES_STORE_TTL_S
     chat_template: str | None = None  # the gateway's --chat-template (a file or the template)
     trust_request_chat_template: bool = False
+    allow_auto_truncate: bool = False
     node_cost: float | None = None  # None: the verifier measures it
     tree_cost: float | None = None  # with node_cost only
     # For COLOCATED_ALGORITHMS: the verifier's co-location socket, in a private (0700) directory.
@@ -237,6 +238,7 @@ def serve_config(ns: argparse.Namespace) -> ServeConfig:
         responses_store_ttl_s=ns.responses_store_ttl,
         chat_template=ns.chat_template,
         trust_request_chat_template=ns.trust_request_chat_template,
+        allow_auto_truncate=ns.allow_auto_truncate,
         drafter_options=options,
         node_cost=budget.node_cost,
         tree_cost=budget.tree_cost,
@@ -323,6 +325,8 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
         gateway += ["--chat-template", c.chat_template]
     if c.trust_request_chat_template:
         gateway += ["--trust-request-chat-template"]
+    if c.allow_auto_truncate:
+        gateway += ["--allow-auto-truncate"]
     if c.responses_store_url is not None:
         gateway += ["--responses-store-url", c.responses_store_url]
         gateway += ["--responses-store-ttl", str(c.responses_store_ttl_s)]

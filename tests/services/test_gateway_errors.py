@@ -143,6 +143,12 @@ DONE_CASES: dict[str, tuple[str, dict[str, Any], int]] = {
     "wrong API key": (CHAT, {"json": chat_body(), "headers": {"Authorization": "Bearer sk-wrong"}}, 401),
     "basic auth": (CHAT, {"json": chat_body(), "headers": {"Authorization": f"Basic {KEY}"}}, 401),
     "prompt beyond the context": ("/v1/completions", {"json": completion_body(prompt=[1] * 9000)}, 400),
+    "max_tokens beyond the context's room": (CHAT, {"json": chat_body(max_tokens=8192)}, 400),
+    "max_tokens beyond a long prompt's room": (
+        "/v1/completions",
+        {"json": completion_body(prompt=[1] * 8000, max_tokens=200)},
+        400,
+    ),
     "token id beyond the vocabulary": ("/v1/completions", {"json": completion_body(prompt=[10**6])}, 400),
     "negative token id": ("/v1/completions", {"json": completion_body(prompt=[-1])}, 400),
     "empty prompt": ("/v1/completions", {"json": completion_body(prompt="")}, 400),
@@ -163,7 +169,7 @@ def test_bad_requests_get_openai_errors(http: httpx.Client, name: str) -> None:
     error = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"}
     assert error["type"] == "invalid_request_error" and error["message"]
-    if name == "prompt beyond the context":
+    if name in ("prompt beyond the context", "max_tokens beyond the context's room"):
         assert error["code"] == "context_length_exceeded"
     if name == "unknown model":
         assert error["code"] == "model_not_found"
@@ -176,6 +182,8 @@ NAMED_PARAMS = {
     "logit bias on a token beyond the vocabulary": "logit_bias",
     "min_tokens beyond max_tokens": "min_tokens",
     "min_tokens beyond a completion's default max_tokens": "min_tokens",
+    "max_tokens beyond the context's room": "max_tokens",
+    "max_tokens beyond a long prompt's room": "max_tokens",
 }
 
 

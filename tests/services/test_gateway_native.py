@@ -162,6 +162,11 @@ def test_logprobs_of_the_output_and_of_the_prompt(http: httpx.Client, tokenizer:
         ({"text": "hi", "image_data": "x.png"}, "image_data"),
         ({"input_ids": [10**7]}, "input_ids"),
         ({"text": "hi " * 9000}, "text"),
+        ({"text": "hi", "sampling_params": {"max_new_tokens": 8192}}, "sampling_params.max_new_tokens"),
+        (
+            {"text": ["a", "b"], "sampling_params": [{}, {"max_new_tokens": 9000}]},
+            "sampling_params.1.max_new_tokens",
+        ),
         ({"text": ["a"] * 5, "sampling_params": {"n": 8}}, "sampling_params"),
         ({"text": "hi", "priority": 2**31}, "priority"),
     ],

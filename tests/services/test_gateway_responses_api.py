@@ -202,6 +202,7 @@ def test_text_format_constrains_the_output(client: openai.OpenAI) -> None:
             "tool_choice",
         ),
         ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
+        ({"input": "hi", "max_output_tokens": 8192}, "max_output_tokens"),  # beyond the context's room
         ({"input": "hi", "truncation": "auto"}, "truncation"),
         ({"input": "hi " * 9000}, "input"),  # beyond the context
     ],

@@ -350,6 +350,20 @@ def test_the_chat_template_flags_reach_the_gateway_through_serve_and_a_bad_one_s
     assert "--chat-template" not in plain and "--trust-request-chat-template" not in plain
 
 
+def test_allow_auto_truncate_reaches_the_gateway_through_serve() -> None:
+    from treespec.shared.cli.main import build_parser
+    from treespec.shared.cli.serve import serve_config, services
+
+    def gateway_argv(*flags: str) -> list[str]:
+        config = serve_config(build_parser().parse_args(["serve", *flags]))
+        return list(next(p for p in services(config) if p.name == "gateway").argv)
+
+    assert "--allow-auto-truncate" not in gateway_argv()
+    argv = gateway_argv("--allow-auto-truncate")
+    assert build_parser().parse_args(argv).allow_auto_truncate
+    assert not build_parser().parse_args(["gateway", "--verifier-address", "h:1"]).allow_auto_truncate
+
+
 def test_run_batch_refuses_bad_drafter_settings_before_anything_starts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
 from treespec.gateway.errors import APIError, validation_error
@@ -150,6 +150,7 @@ class NativeGenerateRequest(BaseModel):
                 head, _, rest = error.param.partition(".")
                 error.param = ".".join([where, _NATIVE_NAMES.get(head, head), *filter(None, [rest])])
             raise error from None
+        request._limit_field = f"{where}.max_new_tokens"
         return request
 
 
@@ -163,6 +164,13 @@ class NativeCompletion(CompletionRequest):
     """A completion that also returns its prompt's log-probabilities without echoing the prompt."""
 
     input_logprobs: bool = False
+    # Where the request's max_new_tokens stands, for an error about it (SGLang refuses one beyond the
+    # context too, its default of 128 included).
+    _limit_field: str = PrivateAttr(default="sampling_params.max_new_tokens")
+
+    @property
+    def token_limit_param(self) -> str | None:
+        return self._limit_field
 
     @property
     def prompt_logprob_count(self) -> int | None:

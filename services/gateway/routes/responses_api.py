@@ -32,7 +32,8 @@ async def create_response(
 ) -> Response:
     state.check_model(body.model)
     earlier = await _earlier(state, body)
-    run, replies = await start_chat(state, body.chat_request(earlier), "resp_", prompt_param="input")
+    chat = body.chat_request(earlier)
+    run, replies = await start_chat(state, chat, "resp_", "input", "max_output_tokens")
     lp_format = LogprobFormat(state.tokenizer.token_texts) if body.logprobs else None
     job = ResponseJob(body, run, replies, state.responses, earlier, lp_format, state.conversations)
     if body.background and body.streams:  # followed by this request, and later by any other

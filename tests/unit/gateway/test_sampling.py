@@ -7,7 +7,9 @@ import json
 import pytest
 
 from treespec.gateway.errors import APIError
-from treespec.gateway.sampling import check_prompt, choice_jobs, derive_seed, truncated
+from treespec.gateway.native.request import NativeGenerateRequest
+from treespec.gateway.run import _limit_param
+from treespec.gateway.sampling import check_prompt, check_token_limit, choice_jobs, derive_seed, truncated
 from treespec.gateway.schemas import ChatCompletionRequest, CompletionRequest
 from treespec.gateway.verifier_client import ModelInfo, channel_target
 
@@ -127,6 +129,35 @@ def test_prompts_the_verifier_could_not_take(prompt: list[int], code: str) -> No
 
 def test_a_prompt_one_short_of_the_context_is_fine() -> None:
     check_prompt([1] * 49, INFO, "prompt")
+
+
+def test_a_token_limit_the_client_set_beyond_the_context_s_room_is_refused() -> None:
+    check_token_limit(40, 10, "max_tokens", INFO)  # exactly the room: 40 + 10 = 50
+    with pytest.raises(APIError) as caught:
+        check_token_limit(40, 11, "max_completion_tokens", INFO)
+    error = caught.value
+    want = (400, "context_length_exceeded", "max_completion_tokens")
+    assert (error.status, error.code, error.param) == want
+    assert "maximum context length is 50 tokens" in error.message and "40 input tokens" in error.message
+    check_token_limit(49, 10**6, None, INFO)  # a default limit: cut to the room by choice_jobs
+
+
+def test_the_field_a_limit_error_names() -> None:
+    def chat(**fields: int) -> ChatCompletionRequest:
+        messages = [{"role": "user", "content": "x"}]
+        return ChatCompletionRequest.model_validate({"model": "m", "messages": messages, **fields})
+
+    assert chat().token_limit_param is None
+    assert chat(max_tokens=5).token_limit_param == "max_tokens"
+    assert chat(max_tokens=5, max_completion_tokens=6).token_limit_param == "max_completion_tokens"
+    completion = CompletionRequest.model_validate({"model": "m", "prompt": "x"})
+    assert (completion.token_limit, completion.token_limit_param) == (16, None)  # the default: cut
+    native = NativeGenerateRequest.model_validate({"text": ["a", "b"], "sampling_params": [{}, {}]})
+    params = [g.completion.token_limit_param for g in native.groups("m")]
+    assert params == ["sampling_params.0.max_new_tokens", "sampling_params.1.max_new_tokens"]
+    assert _limit_param(chat(max_tokens=5), "max_output_tokens", False) == "max_output_tokens"
+    assert _limit_param(chat(max_tokens=5), None, True) is None  # --allow-auto-truncate
+    assert _limit_param(chat(), "max_output_tokens", False) is None
 
 
 def test_truncate_prompt_tokens_keeps_the_prompt_s_end() -> None:
