@@ -63,7 +63,7 @@ from treespec.gateway.tool_schemas import (
 from treespec.shared.rpc.limits import MAX_BAD_WORDS, MAX_TOP_LOGPROBS
 
 MAX_N = 8
-MAX_STOP_STRINGS = 4
+MAX_STOP_STRINGS = 64  # OpenAI takes 4; vLLM and SGLang take any number (clients send more than 4)
 MAX_STOP_TOKEN_IDS = 64
 MAX_PROMPTS = 16  # prompts in one /v1/completions batch
 MAX_CHOICES = 32  # prompts x n: the Generate calls one request may open

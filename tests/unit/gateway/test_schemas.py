@@ -71,7 +71,7 @@ def test_content_parts_and_developer_role() -> None:
         ({"temperature": 2.5}, "invalid_value", "temperature"),
         ({"top_p": 0}, "invalid_value", "top_p"),
         ({"n": 9}, "invalid_value", "n"),
-        ({"stop": ["1", "2", "3", "4", "5"]}, "invalid_value", "stop"),
+        ({"stop": [str(i) for i in range(65)]}, "invalid_value", "stop"),
         ({"stop": 7}, "invalid_value", "stop"),
         ({"presence_penalty": 2.5}, "invalid_value", "presence_penalty"),
         ({"frequency_penalty": -2.1}, "invalid_value", "frequency_penalty"),
