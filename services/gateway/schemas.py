@@ -62,11 +62,11 @@ from treespec.gateway.tool_schemas import (
 )
 from treespec.shared.rpc.limits import MAX_BAD_WORDS, MAX_TOP_LOGPROBS
 
-MAX_N = 8
+MAX_N = 128  # OpenAI's bound on n (vLLM sets none)
 MAX_STOP_STRINGS = 64  # OpenAI takes 4; vLLM and SGLang take any number (clients send more than 4)
 MAX_STOP_TOKEN_IDS = 64
-MAX_PROMPTS = 16  # prompts in one /v1/completions batch
-MAX_CHOICES = 32  # prompts x n: the Generate calls one request may open
+MAX_PROMPTS = 256  # prompts in one /v1/completions batch (vLLM sets none; harnesses send dozens)
+MAX_CHOICES = 256  # prompts x n: the Generate calls one request may open
 MAX_TOKENS_LIMIT = 2**31 - 1
 MAX_REPETITION_PENALTY = 100.0  # far past any use; keeps the value finite
 MAX_LOGIT_BIAS = 1024  # tokens one request may bias

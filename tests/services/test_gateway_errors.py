@@ -45,7 +45,7 @@ DONE_CASES: dict[str, tuple[str, dict[str, Any], int]] = {
         400,
     ),
     "n=0": (CHAT, {"json": chat_body(n=0)}, 400),
-    "n=100": (CHAT, {"json": chat_body(n=100)}, 400),
+    "n=129": (CHAT, {"json": chat_body(n=129)}, 400),
     "temperature=-1": (CHAT, {"json": chat_body(temperature=-1)}, 400),
     "temperature as text": (CHAT, {"json": chat_body(temperature="hot")}, 400),
     "top_p=2": (CHAT, {"json": chat_body(top_p=2)}, 400),

@@ -167,7 +167,7 @@ def test_logprobs_of_the_output_and_of_the_prompt(http: httpx.Client, tokenizer:
             {"text": ["a", "b"], "sampling_params": [{}, {"max_new_tokens": 9000}]},
             "sampling_params.1.max_new_tokens",
         ),
-        ({"text": ["a"] * 5, "sampling_params": {"n": 8}}, "sampling_params"),
+        ({"text": ["a"] * 5, "sampling_params": {"n": 64}}, "sampling_params"),
         ({"text": "hi", "priority": 2**31}, "priority"),
     ],
 )

@@ -65,7 +65,7 @@ def test_prompts_and_their_ids() -> None:
         ({"min_new_tokens": -1}, "sampling_params.min_new_tokens"),
         ({"top_p": 0}, "sampling_params.top_p"),
         ({"spaces_between_special_tokens": False}, "sampling_params.spaces_between_special_tokens"),
-        ({"n": 33}, "sampling_params.n"),
+        ({"n": 129}, "sampling_params.n"),
     ],
 )
 def test_errors_name_the_sglang_field(params: dict[str, Any], param: str) -> None:
