@@ -121,13 +121,15 @@ class ServerHandle:
 def create_server(
     address: str, extra_interceptors: Sequence[grpc.aio.ServerInterceptor] = ()
 ) -> ServerHandle:
-    """A server bound to `address` (host:port; port 0 picks a free one) with health checking.
+    """A server bound to `address` (host:port; port 0 picks a free one) with health checking; an
+    OSError where the port is taken, also by another gRPC server (gRPC's default SO_REUSEPORT would
+    bind a second verifier on the same port beside the first and split the connections between them).
 
     Register servicers on `handle.server`, then `await handle.start(their full names)`.
     """
     server = grpc.aio.server(
         interceptors=[*extra_interceptors, ErrorMappingInterceptor()],
-        options=[("grpc.max_receive_message_length", 64 * 1024 * 1024)],
+        options=[("grpc.max_receive_message_length", 64 * 1024 * 1024), ("grpc.so_reuseport", 0)],
     )
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

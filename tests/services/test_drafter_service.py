@@ -119,6 +119,16 @@ def test_remote_trees_respect_budget_and_root(calls: PluginCalls, local: bool, t
         assert [c.cache_salt for c in opened] == ["tenant-a", ""]
 
 
+def test_a_second_server_on_a_port_in_use_fails_rather_than_sharing_it() -> None:
+    with serving(RecordingDrafter(VOCAB)) as (_, address):
+        second = DrafterServer(RecordingDrafter(VOCAB), "random", port=int(address.rsplit(":", 1)[1]))
+        try:
+            with pytest.raises(OSError, match="cannot listen"):
+                second.start()
+        finally:
+            second.stop(0)
+
+
 def test_dns_target_resolves_to_the_replica() -> None:
     with serving(RecordingDrafter(VOCAB)) as (_, address):
         port = address.rsplit(":", 1)[1]
