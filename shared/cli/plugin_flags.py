@@ -57,9 +57,16 @@ def plugin_options(ns: argparse.Namespace, algorithm: str | None) -> dict[str, A
     return {}
 
 
-def check_plugin_options(algorithm: str | None, options: dict[str, Any]) -> None:
-    """Raise ValueError for options the algorithm's drafter would refuse, before anything starts."""
+def check_plugin_options(algorithm: str | None, options: dict[str, Any], loads_here: bool = True) -> None:
+    """Raise ValueError for options the algorithm's drafter would refuse, before anything starts;
+    with `loads_here` (the drafter runs from this Python: in process, or a process this command
+    starts) also for a name that is no drafter (UnknownDrafterError names the known ones)."""
     name = (algorithm or "").lower()
+    if loads_here and algorithm and name != "none":
+        from treespec.shared.drafting.registry import BUILTIN_DRAFTERS, drafter_class
+
+        if name not in BUILTIN_DRAFTERS:
+            drafter_class(algorithm)  # an out-of-tree plugin is imported to be sure it loads
     if name == "ngram":
         from treespec.drafter.ngram.config import NgramConfig
 

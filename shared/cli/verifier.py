@@ -121,7 +121,7 @@ def config_from_args(ns: argparse.Namespace) -> VerifierServerConfig:
 
     remote = tuple(a.strip() for a in (ns.drafter_address or "").split(",") if a.strip())
     options = {**plugin_options(ns, ns.speculative_algorithm), **parse_options(ns.option)}
-    check_plugin_options(ns.speculative_algorithm, options)
+    check_plugin_options(ns.speculative_algorithm, options, loads_here=not remote)
     drafter = DrafterSpec(
         algorithm=None if ns.speculative_algorithm == NONE else ns.speculative_algorithm,
         remote_targets=remote,

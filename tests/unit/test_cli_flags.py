@@ -74,6 +74,8 @@ def test_out_of_range_numbers_exit_2_naming_the_flag(
         (["EAGLE", "--speculative-eagle-level-cost", "1"], "level_cost"),
         (["STANDALONE"], "--speculative-draft-model-path"),
         (["STANDALONE", "--speculative-draft-model-path", "/nowhere"], "no draft model in /nowhere"),
+        (["FOO"], "unknown drafter 'FOO'; known: eagle, eagle3, ngram"),
+        (["nowhere.module:Drafter"], "cannot load drafter"),
     ],
 )
 def test_bad_drafter_settings_exit_2_before_anything_starts(
