@@ -105,7 +105,9 @@ def bench_eagle(args: EagleBenchArgs) -> dict[str, Any]:
         n = args.max_new_tokens
         runs.warm_up(tokenizer, r.hf, *r.engines.values())
         for i, (prompt, ids) in enumerate(zip(prompts, prompt_ids, strict=True)):
-            out = runs.time_in_turn(i, ids, n, tally, prompt.category, r.engines, r.hf, "hf_greedy")
+            out = runs.time_in_turn(
+                i, ids, n, tally, prompt.category, r.engines, r.hf, "hf_greedy", args.repeats
+            )
             for m, check in checks.items():
                 check.check(prompt, ids, out[m].token_ids, out["plain"].token_ids)
             accepts = " ".join(f"{m} {out[m].stats.acceptance_length:.2f}" for m in SPECULATIVE)

@@ -110,6 +110,7 @@ def bench_ngram(args: NgramBenchArgs) -> dict[str, Any]:
                 engines,
                 r.hf,
                 "hf_pld",
+                args.repeats,
                 prompt_lookup_num_tokens=PLD_TOKENS,
             )
             plain, ngram = out["plain"], out["ngram"]

@@ -10,7 +10,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, Self, TypeVar
 
@@ -57,6 +57,7 @@ class BenchArgs:
     threads: int
     node_cost: float | None  # --speculative-node-cost (None: measured once per run, see NodeCost)
     tree_cost: float | None  # --speculative-tree-cost (with node_cost only)
+    repeats: int  # --repeats: runs of each prompt by each method, the median one tallied (time_in_turn)
 
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace) -> Self:
@@ -71,6 +72,7 @@ class BenchArgs:
             "max_new_tokens": ns.max_new_tokens,
             "json_path": Path(ns.json) if ns.json else None,
             "threads": ns.threads or torch.get_num_threads(),
+            "repeats": getattr(ns, "repeats", 1),
             **_costs(getattr(ns, "speculative_node_cost", None), getattr(ns, "speculative_tree_cost", None)),
         }
 
@@ -310,17 +312,34 @@ def time_in_turn(
     engines: Mapping[str, tuple[Engine, SpeculationParams | None]],
     hf: transformers.PreTrainedModel,
     hf_method: str,
+    repeats: int = 1,
     **hf_kwargs: Any,
 ) -> dict[str, GenerationResult]:
     """Prompt `i` through each engine and through HF generate (`hf_method`, with `hf_kwargs`), timed,
-    in an order turned by one from prompt to prompt (`rotated`); the engines' results."""
+    in an order turned by one from prompt to prompt (`rotated`); the engines' results. With `repeats`
+    above 1, every method runs the prompt that many times, the order turned on by one each time, and
+    its median run by time is tallied: on a shared VM the machine's speed drifts within seconds, and
+    one slow moment in a run of two prompts a category moves a category's ratio by a tenth or more.
+    Each repeat has a cache salt of its own, so that no run reuses another's cached prefix or what the
+    drafter learned from it (the n-gram memory would copy the earlier run's output)."""
+    timed: dict[str, list[tuple[Tally, GenerationResult | None]]] = {}
+    for r in range(repeats):
+        for method in rotated([*engines, hf_method], i + r):
+            scratch = Throughput()
+            result = None
+            if method == hf_method:
+                time_hf(hf, ids, n, scratch, method, category, **hf_kwargs)
+            else:
+                engine, spec = engines[method]
+                rid, salt = (f"{method}-{i}", "") if r == 0 else (f"{method}-{i}-{r}", f"repeat-{r}")
+                result = time_engine(engine, rid, ids, n, scratch, method, category, spec, cache_salt=salt)
+            timed.setdefault(method, []).append((scratch.overall[method], result))
     out: dict[str, GenerationResult] = {}
-    for method in rotated([*engines, hf_method], i):
-        if method == hf_method:
-            time_hf(hf, ids, n, tally, method, category, **hf_kwargs)
-        else:
-            engine, spec = engines[method]
-            out[method] = time_engine(engine, f"{method}-{i}", ids, n, tally, method, category, spec)
+    for method, runs in timed.items():
+        figures, result = sorted(runs, key=lambda run: run[0].seconds)[len(runs) // 2]
+        tally.add(method, category, *astuple(figures))
+        if result is not None:
+            out[method] = result
     return out
 
 
@@ -466,6 +485,7 @@ def setup(args: BenchArgs, prompts: int, **extra: Any) -> dict[str, Any]:
         "max_new_tokens": args.max_new_tokens,
         "batch_size": 1,
         "temperature": 0.0,
+        "repeats": args.repeats,
         **extra,
         "torch_threads": args.threads,
         "torch": torch.__version__,

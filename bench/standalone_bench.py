@@ -73,7 +73,16 @@ def bench_standalone(args: StandaloneBenchArgs) -> dict[str, Any]:
         for i, prompt in enumerate(prompts):
             ids = chat_prompt_ids(r.tokenizer, prompt.text)
             out = runs.time_in_turn(
-                i, ids, n, tally, prompt.category, engines, r.hf, "hf_assisted", assistant_model=r.hf_draft
+                i,
+                ids,
+                n,
+                tally,
+                prompt.category,
+                engines,
+                r.hf,
+                "hf_assisted",
+                args.repeats,
+                assistant_model=r.hf_draft,
             )
             plain, drafted = out["plain"], out["standalone"]
             greedy.check(prompt, ids, drafted.token_ids, plain.token_ids)

@@ -33,6 +33,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "ngram", help="the engine plain vs with the n-gram drafter vs HF prompt lookup (CPU, batch 1)"
     )
     _ngram_arguments(ngram)
+    _repeats_argument(ngram)
     ngram.set_defaults(handler=_runs("ngram_bench"))
     prediction = verbs.add_parser(
         "prediction",
@@ -46,12 +47,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="the engine plain vs EAGLE-3 (in process, co-located) vs n-gram vs HF generate (CPU, batch 1)",
     )
     _eagle_arguments(eagle)
+    _repeats_argument(eagle)
     eagle.set_defaults(handler=_runs("eagle_bench", before=_wait_as_colocated))
     standalone = verbs.add_parser(
         "standalone",
         help="the engine plain vs with a standalone draft model vs HF assisted generation (CPU, batch 1)",
     )
     _standalone_arguments(standalone)
+    _repeats_argument(standalone)
     standalone.set_defaults(handler=_runs("standalone_bench"))
     prefix = verbs.add_parser(
         "prefix", help="a conversation's second turn with prefix caching vs without (CPU, batch 1)"
@@ -157,6 +160,16 @@ def _argument(parse: Callable[[str], T], text: str) -> T:
         return parse(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _repeats_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--repeats",
+        type=positive_int,
+        default=1,
+        help="runs of each prompt by each method, in turn, the median one counted (default 1): steadier "
+        "ratios on a machine whose speed drifts",
+    )
 
 
 def _engine_arguments(parser: argparse.ArgumentParser) -> None:

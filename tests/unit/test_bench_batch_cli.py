@@ -32,6 +32,7 @@ def test_flags_build_the_args(bench_defaults: tuple[Path, Path]) -> None:
         threads=args.threads,
         node_cost=None,
         tree_cost=None,
+        repeats=1,
         batch=4,
         algorithms=("NGRAM",),
         rounds=3,

@@ -54,7 +54,7 @@ def _args(argv: list[str]) -> EagleBenchArgs:
 def test_flags_build_the_args(bench_defaults: tuple[Path, Path], head: Path) -> None:
     model, prompts = bench_defaults
     argv = ["--quick", "--json", "x", "--draft-path", str(head), "--draft-deadline", "7.5"]
-    argv += ["--speculative-node-cost", "0.04", "--speculative-tree-cost", "0.02"]
+    argv += ["--speculative-node-cost", "0.04", "--speculative-tree-cost", "0.02", "--repeats", "3"]
     args = _args([*argv, "--speculative-num-steps", "3", "--speculative-eagle-topk", "2"])
     assert args == EagleBenchArgs(
         model=model,
@@ -65,6 +65,7 @@ def test_flags_build_the_args(bench_defaults: tuple[Path, Path], head: Path) -> 
         threads=torch.get_num_threads(),
         node_cost=0.04,
         tree_cost=0.02,
+        repeats=3,
         options={"draft_path": str(head)},
         speculation=SpeculationParams(num_steps=3, eagle_topk=2, num_draft_tokens=8),
         deadline_s=7.5,

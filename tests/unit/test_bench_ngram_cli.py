@@ -25,7 +25,8 @@ def _args(argv: list[str]) -> NgramBenchArgs:
 
 def test_flags_build_the_args(bench_defaults: tuple[Path, Path]) -> None:
     model, prompts = bench_defaults
-    args = _args(["--quick", "--json", "x", "--redis-url", "redis://h:1", "--option", "max_bfs_breadth=4"])
+    argv = ["--quick", "--json", "x", "--redis-url", "redis://h:1", "--option", "max_bfs_breadth=4"]
+    args = _args([*argv, "--repeats", "3"])
     assert args == NgramBenchArgs(
         model=model,
         prompts=prompts,
@@ -35,6 +36,7 @@ def test_flags_build_the_args(bench_defaults: tuple[Path, Path]) -> None:
         threads=torch.get_num_threads(),
         node_cost=None,
         tree_cost=None,
+        repeats=3,
         options={"redis_url": "redis://h:1", "max_bfs_breadth": 4},
     )
     assert args.config == NgramConfig(redis_url="redis://h:1", max_bfs_breadth=4)

@@ -45,6 +45,7 @@ def test_flags_build_the_args(bench_defaults: tuple[Path, Path]) -> None:
         threads=3,
         node_cost=None,
         tree_cost=None,
+        repeats=1,
         options={"max_bfs_breadth": 4},
         factors=(2.0, 0.5, 0.0),  # each once, in the order given
     )

@@ -34,6 +34,7 @@ def test_flags_build_the_args(bench_defaults: tuple[Path, Path], tiny_path: Path
         threads=torch.get_num_threads(),
         node_cost=None,
         tree_cost=None,
+        repeats=1,
         options={"draft_path": str(tiny_path)},
         speculation=SpeculationParams(num_steps=5, eagle_topk=1, num_draft_tokens=8),
     )
