@@ -29,7 +29,7 @@ from treespec.shared.cli.speculative_config import add_speculative_config_argume
 from treespec.shared.cli.verifier import add_profile_argument, colocation_device_problem
 from treespec.shared.launcher.colocation_paths import DRAFT_SOCKET_NAME, SOCKET_NAME, local_address
 from treespec.shared.launcher.health import grpc_serving, http_ok
-from treespec.shared.launcher.ports import free_port
+from treespec.shared.launcher.ports import free_port, port_in_use
 from treespec.shared.launcher.process import ServiceProcess
 from treespec.shared.launcher.shared_cores import shared_core_env
 from treespec.shared.launcher.supervisor import Supervisor
@@ -117,6 +117,16 @@ class ServeConfig:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    def listen_addresses(self) -> list[tuple[str, int]]:
+        """Where the stack's services listen over TCP (the gateway, the verifier and its metrics, a
+        drafter process)."""
+        out = [(self.host, self.port), ("127.0.0.1", self.verifier_port)]
+        if self.speculative and not self.drafter_in_process:
+            out.append(("127.0.0.1", self.drafter_port))
+        if self.verifier_metrics_port is not None:
+            out.append(("127.0.0.1", self.verifier_metrics_port))
+        return out
+
 
 def default_deadline_ms(algorithm: str) -> int:
     return MODEL_DRAFT_DEADLINE_MS if algorithm.lower() in MODEL_ALGORITHMS else DRAFT_DEADLINE_MS
@@ -194,6 +204,10 @@ class ServeFlagsError(ValueError):
 def _run(ns: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     config = serve_config(ns)
+    taken = [f"{host}:{port}" for host, port in config.listen_addresses() if port_in_use(host, port)]
+    if taken:  # before any service loads the model (their own binds would fail only after that)
+        flags = "--port, --verifier-port, --drafter-port, --verifier-metrics-port"
+        raise ServeFlagsError(f"already in use: {', '.join(taken)} (another server listens there; {flags})")
     supervisor = Supervisor(services(config))
     supervisor.start_all()
     print(f"treespec is serving {config.model_path.name} at {config.url}/v1 (Ctrl-C stops)", flush=True)

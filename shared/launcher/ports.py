@@ -1,7 +1,9 @@
-"""A free loopback port, for services started on ports nobody chose (tests, benchmarks)."""
+"""Loopback ports: a free one, for services started on ports nobody chose (tests, benchmarks), and
+whether a chosen one is taken, checked before a service loads anything."""
 
 from __future__ import annotations
 
+import errno
 import socket
 
 
@@ -9,3 +11,21 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether another server listens on host:port now, so that a server of ours could not (bound as
+    ours bind, with SO_REUSEADDR: connections closing on the port do not count). A host that does
+    not resolve is not this check's to report (False): the server's own bind names it."""
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return False
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(address)
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
