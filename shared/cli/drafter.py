@@ -68,9 +68,13 @@ def _drafter(args: argparse.Namespace) -> int:
     from treespec.shared.drafting.colocation_wire import ColocationError
     from treespec.shared.drafting.drafter import DrafterContext
     from treespec.shared.drafting.shared_tensor import SharedTensorError
+    from treespec.shared.launcher.ports import taken_ports
     from treespec.shared.rpc.private_socket import SocketInUseError, socket_path
 
     try:
+        taken = taken_ports([(args.host, args.port)])  # before anything reads the model
+        if taken is not None:
+            raise ValueError(taken)
         flags = plugin_options(args, args.kind)
         options = {**flags, **parse_options(args.option)}
         vocab_size = args.vocab_size if args.vocab_size is not None else read_vocab_size(args.model_path)

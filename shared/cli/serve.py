@@ -29,7 +29,7 @@ from treespec.shared.cli.speculative_config import add_speculative_config_argume
 from treespec.shared.cli.verifier import add_profile_argument, colocation_device_problem
 from treespec.shared.launcher.colocation_paths import DRAFT_SOCKET_NAME, SOCKET_NAME, local_address
 from treespec.shared.launcher.health import grpc_serving, http_ok
-from treespec.shared.launcher.ports import free_port, port_in_use
+from treespec.shared.launcher.ports import free_port, taken_ports
 from treespec.shared.launcher.process import ServiceProcess
 from treespec.shared.launcher.shared_cores import shared_core_env
 from treespec.shared.launcher.supervisor import Supervisor
@@ -204,10 +204,9 @@ class ServeFlagsError(ValueError):
 def _run(ns: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     config = serve_config(ns)
-    taken = [f"{host}:{port}" for host, port in config.listen_addresses() if port_in_use(host, port)]
-    if taken:  # before any service loads the model (their own binds would fail only after that)
-        flags = "--port, --verifier-port, --drafter-port, --verifier-metrics-port"
-        raise ServeFlagsError(f"already in use: {', '.join(taken)} (another server listens there; {flags})")
+    taken = taken_ports(config.listen_addresses())
+    if taken is not None:
+        raise ServeFlagsError(f"{taken}; --port, --verifier-port, --drafter-port choose others")
     supervisor = Supervisor(services(config))
     supervisor.start_all()
     print(f"treespec is serving {config.model_path.name} at {config.url}/v1 (Ctrl-C stops)", flush=True)

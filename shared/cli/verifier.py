@@ -172,20 +172,12 @@ def colocation_problem(ns: argparse.Namespace) -> str | None:
     return None
 
 
-def _taken_ports(ns: argparse.Namespace) -> str | None:
-    """Ports another server listens on already, named before the model loads (gRPC's own bind would
-    refuse them only after that)."""
-    from treespec.shared.launcher.ports import port_in_use
-
-    taken = [f"{ns.host}:{p}" for p in (ns.port, ns.metrics_port) if p and port_in_use(ns.host, p)]
-    return f"already in use: {', '.join(taken)} (another server listens there)" if taken else None
-
-
 def _run(ns: argparse.Namespace) -> int:
+    from treespec.shared.launcher.ports import taken_ports
     from treespec.shared.telemetry.tracing import build_tracer_provider, install_tracer_provider
     from treespec.verifier.server.app import serve_until_signalled
 
-    problem = colocation_problem(ns) or _taken_ports(ns)
+    problem = colocation_problem(ns) or taken_ports([(ns.host, ns.port), (ns.host, ns.metrics_port or 0)])
     if problem is not None:
         print(f"treespec verifier: error: {problem}", file=sys.stderr)
         return 2

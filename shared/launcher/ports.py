@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import socket
+from collections.abc import Iterable
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -29,3 +30,11 @@ def port_in_use(host: str, port: int) -> bool:
         except OSError as exc:
             return exc.errno == errno.EADDRINUSE
     return False
+
+
+def taken_ports(addresses: Iterable[tuple[str, int]]) -> str | None:
+    """An error naming those of `addresses` (host, port; port 0: any free one, never taken) another
+    server listens on; None where all are free. Services check before they load anything: their
+    own binds would refuse a taken port only after that."""
+    taken = [f"{host}:{port}" for host, port in addresses if port and port_in_use(host, port)]
+    return f"already in use: {', '.join(taken)} (another server listens there)" if taken else None
