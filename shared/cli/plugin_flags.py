@@ -73,8 +73,11 @@ def check_plugin_options(algorithm: str | None, options: dict[str, Any], loads_h
         NgramConfig.from_options(options)
     elif name in EAGLE_ALGORITHMS:
         from treespec.drafter.eagle.config import EagleConfig
+        from treespec.drafter.eagle.head_config import EagleFormat
 
-        EagleConfig.from_options(options)
+        config = EagleConfig.from_options(options)
+        if loads_here:
+            config.check_path(EagleFormat(name))
     elif name == STANDALONE_ALGORITHM:
         from treespec.drafter.standalone.config import StandaloneConfig
 

@@ -75,6 +75,7 @@ def test_out_of_range_numbers_exit_2_naming_the_flag(
         (["STANDALONE"], "--speculative-draft-model-path"),
         (["STANDALONE", "--speculative-draft-model-path", "/nowhere"], "no draft model in /nowhere"),
         (["FOO"], "unknown drafter 'FOO'; known: eagle, eagle3, ngram"),
+        (["EAGLE3", "--speculative-draft-model-path", "/nowhere"], "/nowhere: no config.json"),
         (["nowhere.module:Drafter"], "cannot load drafter"),
     ],
 )

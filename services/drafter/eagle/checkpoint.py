@@ -37,7 +37,7 @@ class TargetShape:
 
 def load_head(path: Path, target: TargetShape) -> EagleHead:
     path = Path(path)
-    raw = _read_config(path)
+    raw = read_head_config(path)
     tensors = _read_tensors(path)
     fmt = _format(raw, tensors, path)
     config = EagleHeadConfig.from_dict(
@@ -73,7 +73,7 @@ def feature_spec(config: EagleHeadConfig, target: TargetShape) -> FeatureSpec:
     return FeatureSpec(target.hidden_size, config.aux_layer_ids or default_aux_layer_ids(target.num_layers))
 
 
-def _read_config(path: Path) -> dict:
+def read_head_config(path: Path) -> dict:
     file = path / "config.json"
     if not file.is_file():
         raise HeadConfigError(

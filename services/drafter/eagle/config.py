@@ -60,6 +60,13 @@ class EagleConfig:
     def from_options(cls, options: dict[str, Any]) -> EagleConfig:
         return config_from_options(cls, options, "EAGLE")
 
+    def check_path(self, fmt: EagleFormat) -> None:
+        """Raise ValueError unless the head's folder holds a config.json that reads as JSON: a command
+        checks this before it starts anything."""
+        from treespec.drafter.eagle.checkpoint import read_head_config
+
+        read_head_config(self.head_path(fmt))
+
     def head_path(self, fmt: EagleFormat) -> Path:
         if self.draft_path:
             return Path(self.draft_path).expanduser()
