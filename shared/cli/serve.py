@@ -29,7 +29,7 @@ from treespec.shared.cli.speculative_config import add_speculative_config_argume
 from treespec.shared.cli.verifier import add_profile_argument, colocation_device_problem
 from treespec.shared.launcher.colocation_paths import DRAFT_SOCKET_NAME, SOCKET_NAME, local_address
 from treespec.shared.launcher.health import grpc_serving, http_ok
-from treespec.shared.launcher.ports import free_port, taken_ports
+from treespec.shared.launcher.ports import free_ports, taken_ports
 from treespec.shared.launcher.process import ServiceProcess
 from treespec.shared.launcher.shared_cores import shared_core_env
 from treespec.shared.launcher.supervisor import Supervisor
@@ -88,11 +88,12 @@ class ServeConfig:
     ) -> ServeConfig:
         """The CLI's defaults on free loopback ports (tests, benchmarks)."""
         budget = default_budget(algorithm, overrides.get("drafter_options"))
+        port, verifier_port, drafter_port = free_ports(3)
         defaults: dict[str, Any] = dict(
             host="127.0.0.1",
-            port=free_port(),
-            verifier_port=free_port(),
-            drafter_port=free_port(),
+            port=port,
+            verifier_port=verifier_port,
+            drafter_port=drafter_port,
             num_steps=budget.num_steps,
             eagle_topk=budget.eagle_topk,
             num_draft_tokens=budget.num_draft_tokens,
@@ -228,12 +229,13 @@ def serve_config(ns: argparse.Namespace) -> ServeConfig:
             raise ValueError(device_problem)
     except ValueError as exc:
         raise ServeFlagsError(str(exc)) from exc
+    spare = free_ports(3)  # distinct, for the ports left unset
     return ServeConfig(
         model_path=resolve_model_path(ns.model_path, models_dir()),
         host=ns.host,
-        port=ns.port or free_port(),
-        verifier_port=ns.verifier_port or free_port(),
-        drafter_port=ns.drafter_port or free_port(),
+        port=ns.port or spare[0],
+        verifier_port=ns.verifier_port or spare[1],
+        drafter_port=ns.drafter_port or spare[2],
         algorithm=ns.speculative_algorithm,
         num_steps=budget.num_steps,
         eagle_topk=budget.eagle_topk,

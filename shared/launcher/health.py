@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import urllib.error
 import urllib.request
 
@@ -23,5 +24,5 @@ def http_ok(url: str, timeout_s: float = 1.0) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
             return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
+    except (urllib.error.URLError, OSError, http.client.HTTPException):  # HTTPException: not HTTP/1 there
         return False

@@ -4,21 +4,48 @@ by `treespec verifier`, `treespec serve` and `treespec drafter`."""
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from treespec.shared.cli.main import main
-from treespec.shared.launcher.ports import free_port, port_in_use
+from treespec.shared.launcher.ports import free_port, free_ports, port_in_use
 
 
 @pytest.fixture
-def listening() -> Iterator[int]:
+def listening_socket() -> Iterator[socket.socket]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
-        yield int(s.getsockname()[1])
+        yield s
+
+
+@pytest.fixture
+def listening(listening_socket: socket.socket) -> int:
+    return int(listening_socket.getsockname()[1])
+
+
+def test_free_ports_are_distinct() -> None:
+    for _ in range(50):
+        ports = free_ports(3)
+        assert len(set(ports)) == 3
+
+
+def test_a_health_check_answered_in_another_protocol_is_not_ready(listening_socket: socket.socket) -> None:
+    from treespec.shared.launcher.health import http_ok
+
+    def answer() -> None:  # as a gRPC server answers HTTP/1: an HTTP/2 SETTINGS frame
+        conn, _ = listening_socket.accept()
+        with conn:
+            conn.recv(1024)
+            conn.sendall(b"\x00\x00\x06\x04\x00\x00\x00\x00\x00\x00\x03\x00\x00\x00\x64\n")
+
+    thread = threading.Thread(target=answer)
+    thread.start()
+    assert not http_ok(f"http://127.0.0.1:{listening_socket.getsockname()[1]}/health")
+    thread.join()
 
 
 def test_a_listening_port_is_in_use_and_a_free_one_is_not(listening: int) -> None:
