@@ -16,7 +16,9 @@ def test_freezing_exempts_what_is_alive_and_unfreezing_returns_it() -> None:
     alive: list[list[int]] = [[i] for i in range(100)]
     assert _scanned(alive)
     try:
-        assert freeze_heap() == gc.get_freeze_count() >= len(alive)
+        # frozen objects still die by reference count (another thread's, say), so the count only shrinks
+        frozen = freeze_heap()
+        assert frozen >= len(alive) and 0 < gc.get_freeze_count() <= frozen
         assert not _scanned(alive)
         later: list[int] = []
         assert _scanned(later)  # what is allocated afterwards is collected as before
