@@ -1,14 +1,16 @@
 """How a chat choice's generated text becomes its message: the reasoning split off (with a reasoning
-parser), then the tool calls read out of the answer (a tool call mode, or "auto" with a parser; in
-the deprecated function-calling shape for a request that gave `functions`), or the text as it is.
-Whole replies and streamed deltas go through the same readers."""
+parser, given back as the request asks: reasoning_reply.py), then the tool calls read out of the
+answer (a tool call mode, or "auto" with a parser; in the deprecated function-calling shape for a
+request that gave `functions`), or the text as it is. Whole replies and streamed deltas go through
+the same readers."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from treespec.gateway.reasoning_parsers.base import Part, ReasoningParser, ReasoningReader
+from treespec.gateway.reasoning_reply import ReasoningReply
 from treespec.gateway.tool_calls import ToolCallDeltas, ToolCalling
 
 
@@ -25,11 +27,12 @@ class ChatReplyMessage:
 class ChatReplies:
     reasoning: ReasoningParser | None = None
     tools: ToolCalling | None = None
+    reasoning_reply: ReasoningReply = field(default_factory=ReasoningReply)
 
     def message(self, text: str, finish_reason: str) -> ChatReplyMessage:
         reasoning: str | None = None
         if self.reasoning is not None:
-            reader = self.reasoning.reader()
+            reader = self.reasoning_reply.reader(self.reasoning)
             parts = reader.feed(text) + reader.finish()
             reasoning = "".join(p.text for p in parts if p.kind == "reasoning") or None
             text = "".join(p.text for p in parts if p.kind == "content")
@@ -43,29 +46,38 @@ class ChatReplies:
         )
 
     def stream(self) -> ChatReplyStream:
-        return ChatReplyStream(self.reasoning, self.tools.stream() if self.tools is not None else None)
+        tools = self.tools.stream() if self.tools is not None else None
+        return ChatReplyStream(self.reasoning, tools, self.reasoning_reply)
 
 
 class ChatReplyStream:
     """A streamed reply's deltas, choice by choice."""
 
-    def __init__(self, reasoning: ReasoningParser | None, tools: ToolCallDeltas | None) -> None:
+    def __init__(
+        self,
+        reasoning: ReasoningParser | None,
+        tools: ToolCallDeltas | None,
+        reasoning_reply: ReasoningReply | None = None,
+    ) -> None:
         self.reasoning = reasoning
         self.tools = tools
+        self.reasoning_reply = reasoning_reply or ReasoningReply()
         self._readers: dict[int, ReasoningReader] = {}
 
     def text(self, index: int, text: str) -> dict[str, Any]:
         """The delta for a piece of a choice's text (empty: nothing to send yet)."""
         if self.reasoning is None:
             return self._answer(index, text)
-        reader = self._readers.setdefault(index, self.reasoning.reader())
+        reader = self._readers.get(index)
+        if reader is None:
+            reader = self._readers[index] = self.reasoning_reply.reader(self.reasoning)
         return self._delta(index, reader.feed(text))
 
     def end(self, index: int, finish_reason: str) -> tuple[dict[str, Any], str]:
         """The delta that closes a choice (whatever its readers held back) and its finish reason."""
         delta: dict[str, Any] = {}
         if self.reasoning is not None:
-            reader = self._readers.pop(index, None) or self.reasoning.reader()
+            reader = self._readers.pop(index, None) or self.reasoning_reply.reader(self.reasoning)
             delta = self._delta(index, reader.finish())
         if self.tools is None:
             return delta, finish_reason

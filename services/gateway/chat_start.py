@@ -48,7 +48,7 @@ async def start_chat(
         prediction=prediction,
         limit_param=limit_param,
     )
-    return run, ChatReplies(reasoning, tools)
+    return run, ChatReplies(body.reply_parser(reasoning), tools, body.reasoning_reply)
 
 
 async def _prediction(state: GatewayState, body: ChatCompletionRequest) -> list[int]:

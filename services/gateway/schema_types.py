@@ -9,6 +9,7 @@ from pydantic_core import PydanticCustomError
 
 TOKEN_ID_MAX = 2**32 - 1
 STRICT = ConfigDict(extra="forbid", strict=True)  # unknown fields refused, no type coercion
+MAX_HINT_CHARS = 1024  # safety_identifier, prompt_cache_key, request_id
 
 
 def _valid_unicode(value: str) -> str:

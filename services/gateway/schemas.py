@@ -8,7 +8,10 @@ and `function_call` are read as the tools and tool choice they stand for (functi
 their calls back in the legacy shape).
 Structured output (structured_outputs.py): OpenAI's `response_format`, vLLM's guided_json,
 guided_regex, guided_choice and guided_grammar, and vLLM's newer `structured_outputs`, one at a
-time. Extensions after vLLM and SGLang: top_k, min_p, repetition_penalty, min_tokens, ignore_eos,
+time (SGLang's regex, ebnf and json_schema too). SGLang's names for vLLM's fields and vLLM's one-way
+switches: vendor_fields.py; how a reply gives back a thinking model's reasoning (vLLM's
+include_reasoning, SGLang's separate_reasoning and stream_reasoning): reasoning_reply.py.
+Extensions after vLLM and SGLang: top_k, min_p, repetition_penalty, min_tokens, ignore_eos,
 stop_token_ids, include_stop_str_in_output, skip_special_tokens, return_tokens_as_token_ids,
 truncate_prompt_tokens, and a per-request
 `speculation` object; OpenAI's
@@ -36,12 +39,14 @@ from treespec.gateway.chat_template import ChatTemplateField, TemplateOptions
 from treespec.gateway.errors import quotable
 from treespec.gateway.prediction import Prediction
 from treespec.gateway.prompt_ending import PromptEndingFields
+from treespec.gateway.reasoning_reply import ReasoningFields
 from treespec.gateway.request_options import (
     ReasoningEffort,
     SpeculationOptions,
     StreamOptions,
 )
 from treespec.gateway.schema_types import (
+    MAX_HINT_CHARS,
     STRICT,
     TemplateDocuments,
     TemplateKwargs,
@@ -60,6 +65,7 @@ from treespec.gateway.tool_schemas import (
     ToolDef,
     template_tools,
 )
+from treespec.gateway.vendor_fields import VendorFields
 from treespec.shared.rpc.limits import MAX_BAD_WORDS, MAX_TOP_LOGPROBS
 
 MAX_N = 128  # OpenAI's bound on n (vLLM sets none)
@@ -72,7 +78,6 @@ MAX_REPETITION_PENALTY = 100.0  # far past any use; keeps the value finite
 MAX_LOGIT_BIAS = 1024  # tokens one request may bias
 MAX_ALLOWED_TOKEN_IDS = 1 << 18  # more than any vocabulary served
 MAX_CACHE_SALT_CHARS = 1024
-MAX_HINT_CHARS = 1024  # safety_identifier, prompt_cache_key
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -85,8 +90,9 @@ ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
 _LEGACY_TOOL_FIELDS = {"functions": "tools", "function_call": "tool_choice"}
 
 
-class SamplingFields(ConstraintFields):
-    """Fields common to both endpoints (structured output's: structured_outputs.py)."""
+class SamplingFields(ConstraintFields, VendorFields):
+    """Fields common to both endpoints (structured output's: structured_outputs.py; SGLang's names for
+    vLLM's fields and vLLM's one-way switches: vendor_fields.py)."""
 
     model_config = STRICT
     model: str = Field(min_length=1)
@@ -137,6 +143,19 @@ class SamplingFields(ConstraintFields):
         "return_tokens_as_token_ids",
         mode="before",
     )(null_is_default)
+
+    @model_validator(mode="after")
+    def _vendor_names(self) -> SamplingFields:
+        """SGLang's names fold into vLLM's, which the rest of the gateway reads."""
+        self.request_id = self.one_value("request_id", "rid", self.request_id, self.rid, None)
+        self.include_stop_str_in_output = self.one_value(
+            "include_stop_str_in_output",
+            "no_stop_trim",
+            self.include_stop_str_in_output,
+            self.no_stop_trim,
+            False,
+        )
+        return self
 
     @model_validator(mode="after")
     def _stream_options_need_stream(self) -> SamplingFields:
@@ -210,7 +229,7 @@ class SamplingFields(ConstraintFields):
         )
 
 
-class ChatCompletionRequest(SamplingFields, PromptEndingFields, ChatTemplateField):
+class ChatCompletionRequest(SamplingFields, PromptEndingFields, ChatTemplateField, ReasoningFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
     # Accepted and ignored (hints for OpenAI's own service: storage, tiers, abuse detection, routing

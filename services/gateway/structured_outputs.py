@@ -2,7 +2,11 @@
 `guided_json`, `guided_regex`, `guided_choice` and `guided_grammar`, and vLLM's `structured_outputs`
 object (vLLM 0.10.2 on; it replaces the guided fields): one of `json` (a schema, as a dict or its JSON
 text), `regex`, `choice`, `grammar` (EBNF) or `json_object`, its switches for vLLM's own backends at
-their defaults only. A request gives one of them at most."""
+their defaults only; SGLang's names for the same: `regex`, `ebnf` and `json_schema` (its completions'
+field, taken on both endpoints). vLLM's `guided_decoding_backend` may name any of vLLM's backends:
+the verifier's own grammar engine (services/verifier/grammar) holds the output to the same language
+whichever is named; `guided_whitespace_pattern`, a switch of vLLM's outlines backend, is taken at its
+default (null) only. A request gives one constraint at most."""
 
 from __future__ import annotations
 
@@ -11,12 +15,26 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from treespec.gateway.errors import quotable
 from treespec.gateway.request_options import ResponseFormat
 from treespec.gateway.schema_types import STRICT, UnicodeText, unsupported
 
 # What the output must match: (kind, value), kind a field of the wire's OutputConstraint.
-Constraint = tuple[Literal["json_schema", "json_object", "regex", "choice", "grammar"], Any]
+ConstraintKind = Literal["json_schema", "json_object", "regex", "choice", "grammar"]
+Constraint = tuple[ConstraintKind, Any]
 MAX_GUIDED_CHOICES = 256  # choices of guided_choice or structured_outputs.choice at most
+# The fields that hold a constraint of one kind each: vLLM's, then SGLang's names for the same.
+_FIELD_KINDS: tuple[tuple[str, ConstraintKind], ...] = (
+    ("guided_json", "json_schema"),
+    ("guided_regex", "regex"),
+    ("guided_choice", "choice"),
+    ("guided_grammar", "grammar"),
+    ("regex", "regex"),
+    ("ebnf", "grammar"),
+    ("json_schema", "json_schema"),
+)
+# vLLM's structured-output backends, any of which a request may name (vLLM's "auto" picks one).
+GUIDED_DECODING_BACKENDS = ("auto", "xgrammar", "guidance", "outlines", "lm-format-enforcer")
 
 
 class StructuredOutputs(BaseModel):
@@ -84,6 +102,27 @@ class ConstraintFields(BaseModel):
     guided_choice: list[UnicodeText] | None = Field(default=None, min_length=1, max_length=MAX_GUIDED_CHOICES)
     guided_grammar: UnicodeText | None = Field(default=None, min_length=1)
     structured_outputs: StructuredOutputs | None = None  # vLLM's newer form of the guided fields
+    # SGLang's names: guided_regex, guided_grammar (EBNF) and guided_json.
+    regex: UnicodeText | None = Field(default=None, min_length=1)
+    ebnf: UnicodeText | None = Field(default=None, min_length=1)
+    json_schema: dict[str, Any] | UnicodeText | None = None
+    guided_decoding_backend: str | None = None  # vLLM's: any of GUIDED_DECODING_BACKENDS
+    guided_whitespace_pattern: str | None = None  # vLLM's outlines switch: its default only
+
+    _check_backend_switches = field_validator("guided_whitespace_pattern")(unsupported)
+
+    @field_validator("guided_decoding_backend")
+    @classmethod
+    def _known_backend(cls, value: str | None) -> str | None:
+        if value is not None and value not in GUIDED_DECODING_BACKENDS:
+            known = ", ".join(repr(b) for b in GUIDED_DECODING_BACKENDS)
+            raise PydanticCustomError(
+                "invalid_value",
+                "'guided_decoding_backend' must be one of {known} (each is served by this server's own"
+                " grammar engine); got '{value}'",
+                {"known": known, "value": quotable(value)},
+            )
+        return value
 
     @model_validator(mode="after")
     def _one_constraint(self) -> ConstraintFields:
@@ -109,14 +148,10 @@ class ConstraintFields(BaseModel):
             )
         elif fmt is not None and fmt.type == "json_object":
             found.append(("response_format", ("json_object", True)))
-        if self.guided_json is not None:
-            found.append(("guided_json", ("json_schema", self.guided_json)))
-        if self.guided_regex is not None:
-            found.append(("guided_regex", ("regex", self.guided_regex)))
-        if self.guided_choice is not None:
-            found.append(("guided_choice", ("choice", self.guided_choice)))
-        if self.guided_grammar is not None:
-            found.append(("guided_grammar", ("grammar", self.guided_grammar)))
+        for name, kind in _FIELD_KINDS:
+            value = getattr(self, name)
+            if value is not None:
+                found.append((name, (kind, value)))
         if self.structured_outputs is not None:
             found.append(("structured_outputs", self.structured_outputs.constraint))
         return found

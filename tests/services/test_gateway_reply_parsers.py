@@ -4,7 +4,8 @@ SmolLM2 was trained neither for function calling nor for thinking, and its templ
 tools, so earlier turns show it the formats, which it then follows. With tool_choice "auto" its calls
 come back as tool_calls and the text around them as content (for the deprecated `functions`, as the
 legacy function_call); its `<think>` text comes back as
-reasoning_content; whole and streamed alike. A reply without either is plain text, and structured
+reasoning_content (or as the request asks: left out, left in the content, sent once it has ended);
+whole and streamed alike. A reply without either is plain text, and structured
 output holds on the answer after the thinking."""
 
 from __future__ import annotations
@@ -162,6 +163,31 @@ def test_the_thinking_comes_back_as_reasoning_content(auto_client: openai.OpenAI
     history: list[Any] = [*THINKING, whole.message.model_dump(), {"role": "user", "content": "And Spain?"}]
     follow_up = auto_client.chat.completions.create(model=MODEL, messages=history, max_tokens=4)
     assert follow_up.choices[0].finish_reason in ("stop", "length")
+
+
+def test_the_reasoning_comes_back_as_the_request_asks(auto_client: openai.OpenAI) -> None:
+    """vLLM's include_reasoning false: the answer alone; SGLang's separate_reasoning false: the text
+    as written, in the content; its stream_reasoning false: the reasoning in one delta, then the
+    answer streamed as before."""
+    kwargs: dict[str, Any] = {"model": MODEL, "messages": THINKING, "max_tokens": 40, "temperature": 0}
+    whole = auto_client.chat.completions.create(**kwargs).choices[0].message
+    reasoning = (whole.model_extra or {}).get("reasoning_content")
+    assert reasoning and whole.content
+    answer_only = auto_client.chat.completions.create(extra_body={"include_reasoning": False}, **kwargs)
+    message = answer_only.choices[0].message
+    assert message.content == whole.content and not (message.model_extra or {}).get("reasoning_content")
+    as_written = auto_client.chat.completions.create(extra_body={"separate_reasoning": False}, **kwargs)
+    assert as_written.choices[0].message.content == f"<think>{reasoning}</think>\n\n{whole.content}"
+    deltas = []
+    for chunk in auto_client.chat.completions.create(
+        stream=True, extra_body={"stream_reasoning": False}, **kwargs
+    ):
+        for choice in chunk.choices:
+            extra = choice.delta.model_extra or {}
+            deltas += [("reasoning", extra["reasoning_content"])] if extra.get("reasoning_content") else []
+            deltas += [("content", choice.delta.content)] if choice.delta.content else []
+    assert deltas[0] == ("reasoning", reasoning) and {kind for kind, _ in deltas[1:]} == {"content"}
+    assert "".join(text for _, text in deltas[1:]) == whole.content
 
 
 THINKING_JSON: list[ChatCompletionMessageParam] = [

@@ -1,9 +1,11 @@
 """vLLM's and OpenAI's request fields beyond the basics, through the official `openai` client against
 the real gateway and verifier (conftest.py): `reasoning_effort`, `continue_final_message` and chat
-`echo`, `stream_options.continuous_usage_stats`, `truncate_prompt_tokens`, `request_id`."""
+`echo`, `stream_options.continuous_usage_stats`, `truncate_prompt_tokens`, `request_id`; SGLang's
+names for vLLM's fields and vLLM's beam-search switches."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
@@ -181,3 +183,53 @@ def test_a_request_id_names_the_response(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         client.completions.create(model=MODEL, prompt=COUNTING, max_tokens=2, extra_body={"request_id": ""})
     assert caught.value.param == "request_id"
+
+
+def test_sglang_s_names_and_vllm_s_switches_are_taken(client: openai.OpenAI) -> None:
+    """A client written for SGLang or vLLM runs unchanged: SGLang's `rid` names the response,
+    `no_stop_trim` keeps the stop string and `regex` constrains the output, as vLLM's fields do; vLLM's
+    beam-search switches at their "off" values, `spaces_between_special_tokens` and
+    `guided_decoding_backend` change nothing."""
+    reply = client.chat.completions.create(
+        model=MODEL, messages=HI, max_tokens=4, temperature=0, extra_body={"rid": "sgl-3"}
+    )
+    assert reply.id == "chatcmpl-sgl-3"
+    fields: dict[str, Any] = {
+        "model": MODEL,
+        "prompt": COUNTING,
+        "max_tokens": 12,
+        "temperature": 0,
+        "stop": [" 7"],
+    }
+    kept = client.completions.create(**fields, extra_body={"no_stop_trim": True}).choices[0].text
+    assert (
+        kept
+        == client.completions.create(**fields, extra_body={"include_stop_str_in_output": True})
+        .choices[0]
+        .text
+    )
+    assert kept.endswith(" 7") and kept[:-2] == client.completions.create(**fields).choices[0].text
+    numbers = client.completions.create(
+        model=MODEL,
+        prompt="My phone number is",
+        max_tokens=16,
+        temperature=0,
+        extra_body={"regex": "[0-9]{3}-[0-9]{4}"},
+    ).choices[0]
+    assert re.fullmatch("[0-9]{3}-[0-9]{4}", numbers.text) and numbers.finish_reason == "stop"
+    plain = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=6, temperature=0)
+    switches = {
+        "use_beam_search": False,
+        "length_penalty": 1.0,
+        "spaces_between_special_tokens": False,
+        "guided_decoding_backend": "outlines",
+    }
+    same = client.chat.completions.create(
+        model=MODEL, messages=HI, max_tokens=6, temperature=0, extra_body=switches
+    )
+    assert same.choices[0].message.content == plain.choices[0].message.content
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model=MODEL, messages=HI, max_tokens=6, extra_body={"use_beam_search": True}
+        )
+    assert caught.value.code == "unsupported_parameter" and caught.value.param == "use_beam_search"

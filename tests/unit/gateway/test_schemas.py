@@ -363,3 +363,65 @@ def test_chat_template_kwargs_are_accepted_but_not_the_template_s_own_arguments(
     for reserved in reserved_kwargs:
         refused = _refusal(ChatCompletionRequest, {**body, "chat_template_kwargs": reserved})
         assert refused == ("invalid_value", "chat_template_kwargs")
+
+
+def test_sglang_names_stand_for_vllm_s_fields() -> None:
+    """A client written for SGLang runs unchanged: `rid` names the response as `request_id` does,
+    `no_stop_trim` keeps the stop string as `include_stop_str_in_output` does, and `regex`, `ebnf`
+    and `json_schema` constrain the output as vLLM's guided fields do."""
+    body = _chat(rid="job-1", no_stop_trim=True)
+    assert (body.request_id, body.include_stop_str_in_output) == ("job-1", True)
+    assert _chat(rid="job-1", request_id="job-1").request_id == "job-1"
+    assert _chat(no_stop_trim=None, include_stop_str_in_output=True).include_stop_str_in_output
+    assert not _chat().include_stop_str_in_output
+    assert _chat(regex="[0-9]+").constraint == _chat(guided_regex="[0-9]+").constraint == ("regex", "[0-9]+")
+    grammar = 'root ::= "yes" | "no"'
+    assert _chat(ebnf=grammar).constraint == _chat(guided_grammar=grammar).constraint == ("grammar", grammar)
+    completion = CompletionRequest.model_validate(
+        {"model": "m", "prompt": "x", "json_schema": '{"type": "object"}'}
+    )
+    assert completion.constraint == ("json_schema", '{"type": "object"}')
+    assert _refusal(
+        ChatCompletionRequest, {"model": "m", "messages": MESSAGES, "rid": "a", "request_id": "b"}
+    ) == (
+        "invalid_value",
+        None,
+    )
+    assert _refusal(ChatCompletionRequest, {"model": "m", "messages": MESSAGES, "rid": ""}) == (
+        "invalid_value",
+        "rid",
+    )
+    both = {"model": "m", "messages": MESSAGES, "regex": "a", "guided_json": {}}
+    assert _refusal(ChatCompletionRequest, both) == ("invalid_value", None)
+
+
+def test_vllm_s_switches_are_taken_where_they_change_nothing() -> None:
+    """Beam search is not served: `use_beam_search` false and `length_penalty` 1 are taken, other
+    values refused as unsupported; `spaces_between_special_tokens` either way (the fast tokenizers'
+    decoding does not read it); `guided_decoding_backend` any of vLLM's backends, and
+    `guided_whitespace_pattern` its default only."""
+    body = _chat(
+        use_beam_search=False,
+        length_penalty=1,
+        spaces_between_special_tokens=False,
+        guided_decoding_backend="xgrammar",
+        guided_whitespace_pattern=None,
+        guided_choice=["yes", "no"],
+    )
+    assert body.constraint == ("choice", ["yes", "no"])
+    assert _chat(use_beam_search=None, length_penalty=None).length_penalty == 1.0
+    for fields, param in (
+        ({"use_beam_search": True}, "use_beam_search"),
+        ({"length_penalty": 0.8}, "length_penalty"),
+        ({"guided_whitespace_pattern": r"[ \n]*"}, "guided_whitespace_pattern"),
+    ):
+        assert _refusal(ChatCompletionRequest, {"model": "m", "messages": MESSAGES, **fields}) == (
+            "unsupported_parameter",
+            param,
+        )
+    unknown = {"model": "m", "messages": MESSAGES, "guided_decoding_backend": "regex-engine-9"}
+    assert _refusal(ChatCompletionRequest, unknown) == ("invalid_value", "guided_decoding_backend")
+    assert _refusal(ChatCompletionRequest, {"model": "m", "messages": MESSAGES, "beam_width": 2}) == (
+        "unknown_parameter",
+        "beam_width",
+    )
