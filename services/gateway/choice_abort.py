@@ -32,22 +32,28 @@ async def abortable(
 
 
 async def until_set(events: AsyncGenerator[T, None], flag: asyncio.Event) -> AsyncGenerator[T, None]:
-    """`events` until they end or `flag` is set; then they are closed (cancelling what they wait on)."""
+    """`events` until they end or `flag` is set; then they are closed (cancelling what they wait on).
+    Each next event is awaited in a task of its own, beside the flag; a consumer that stops waiting
+    (a client gone, its task cancelled) cancels that task too, so the source's call ends with it
+    (left running, it held the verifier's request and the source could not be closed)."""
     async with aclosing(events):
         waiter = asyncio.ensure_future(flag.wait())
+        step: asyncio.Future[T] | None = None
         try:
             while True:
                 step = asyncio.ensure_future(events.__anext__())
                 done, _ = await asyncio.wait({step, waiter}, return_when=asyncio.FIRST_COMPLETED)
                 if step not in done:
-                    step.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                        await step
                     return
                 try:
                     value = step.result()
                 except StopAsyncIteration:
                     return
+                step = None
                 yield value
         finally:
             waiter.cancel()
+            if step is not None and not step.done():
+                step.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await step

@@ -100,3 +100,35 @@ def test_a_choice_that_ends_first_is_not_aborted() -> None:
         return got
 
     assert asyncio.run(run())[-1] == end
+
+
+def test_a_consumer_that_stops_waiting_ends_the_source_s_wait_too() -> None:
+    """A client gone (its task cancelled while the next event is awaited): the source's pending call
+    is cancelled and the source closed, not left running in the task that awaited it."""
+    stages: list[str] = []
+
+    async def waiting() -> AsyncGenerator[Event, None]:
+        try:
+            yield TextDelta(0, "x", completion_tokens=1)
+            stages.append("waiting")
+            await asyncio.Event().wait()  # a verifier call that has no more to say yet
+        except asyncio.CancelledError:
+            stages.append("cancelled")
+            raise
+        finally:
+            stages.append("closed")
+
+    async def run() -> None:
+        async def consume() -> None:
+            async for _ in abortable(waiting(), 0, asyncio.Event()):
+                pass
+
+        consumer = asyncio.create_task(consume())
+        while "waiting" not in stages:
+            await asyncio.sleep(0)
+        consumer.cancel()
+        await asyncio.gather(consumer, return_exceptions=True)
+        # Before the loop ends (asyncio.run cancels what is left running as it closes).
+        assert stages == ["waiting", "cancelled", "closed"]
+
+    asyncio.run(run())
