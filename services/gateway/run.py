@@ -14,6 +14,7 @@ from treespec.gateway.bad_words import bad_word_sequences
 from treespec.gateway.choice_abort import abortable
 from treespec.gateway.fanout import merge
 from treespec.gateway.generation import ChoiceEnd, ChoiceJob, Event, run_choice
+from treespec.gateway.native.aborts import AbortTarget
 from treespec.gateway.observation import Observation
 from treespec.gateway.outcome import Outcome
 from treespec.gateway.responses import MetaInfo, Usage
@@ -39,6 +40,9 @@ class GenerationRun:
     outcome: Outcome
     observation: Observation
     state: GatewayState
+    # The names SGLang's /abort_request stops it by (abortable_events): the response's id and the
+    # client's request_id (SGLang's rid).
+    abort_rids: tuple[str, ...] = ()
 
     @classmethod
     async def start(
@@ -81,7 +85,8 @@ class GenerationRun:
         )
         outcome = Outcome(len(jobs), sum(len(p) for p in prompts), body.n, prediction)
         observation = Observation(state.metrics, state.tracer, operation, body, token_limit, response_id)
-        return cls(response_id, int(time.time()), body.model, jobs, outcome, observation, state)
+        abort_rids = tuple(dict.fromkeys(r for r in (response_id, body.request_id) if r))
+        return cls(response_id, int(time.time()), body.model, jobs, outcome, observation, state, abort_rids)
 
     def events(self, aborts: Sequence[asyncio.Event] = ()) -> AsyncGenerator[Event, None]:
         """Every choice's events in arrival order; iterate once, to the end or until closed.
@@ -116,9 +121,16 @@ class GenerationRun:
             return Usage.of(prompt, event.completion_tokens, event.cached_tokens)
         return Usage.of(prompt, event.completion_tokens if event is not None else 0)
 
+    def abortable_events(self) -> AsyncGenerator[Event, None]:
+        """`events`, each choice ended early (finish reason `abort`) by SGLang's /abort_request naming
+        one of `abort_rids`, or by its `abort_all` (native/aborts.py), as SGLang stops its OpenAI
+        requests too."""
+        targets = [AbortTarget(self.abort_rids, asyncio.Event()) for _ in self.jobs]
+        return self.state.aborts.watch(self.events([t.flag for t in targets]), targets)
+
     async def collect(self) -> Outcome:
-        """Run to the end (non-streaming responses)."""
-        async with aclosing(self.events()) as events:
+        """Run to the end (non-streaming responses), abortable as `abortable_events`."""
+        async with aclosing(self.abortable_events()) as events:
             async for _ in events:
                 pass
         return self.outcome

@@ -1,7 +1,8 @@
 """SGLang's native POST /generate against the real gateway and verifier (random drafts): the same
 generation as the completion of the same prompt, answered in SGLang's shape (text, output_ids,
 meta_info with finish_reason, counts and log-probabilities), batched, streamed with the text so far,
-and bad fields a 400 naming them by SGLang's names."""
+and bad fields a 400 naming them by SGLang's names; /abort_request stops generations, chat and
+completions requests too."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from tests.services.gateway_stack import COUNTING, MODEL
@@ -299,6 +301,54 @@ def test_an_abort_stops_one_output_of_a_batch_and_the_others_go_on(http: httpx.C
         if e["meta_info"]["finish_reason"]
     }
     assert ends == {"pair-0": ABORTED, "pair-1": ABORTED}
+    _freed(http)
+
+
+def test_a_client_that_leaves_a_stream_frees_its_request(http: httpx.Client) -> None:
+    """Each output waits for its next event beside its abort flag; a client gone ends that wait too,
+    so the verifier gives the request up."""
+    body = {"text": COUNTING, "sampling_params": {"max_new_tokens": 2000, "ignore_eos": True}, "stream": True}
+    with http.stream("POST", "/generate", json=body) as response:
+        for i, _ in enumerate(response.iter_lines()):
+            if i > 4:
+                break
+    _freed(http)
+
+
+def test_abort_request_stops_chat_and_completions_requests_too(
+    http: httpx.Client, client: openai.OpenAI
+) -> None:
+    """As SGLang's: a chat stream by the id of its first chunk, a completion by the rid (vLLM's
+    request_id) its client gave, and any of them by abort_all; each ends with finish reason "abort"
+    and what it had, and the verifier frees its requests."""
+    long: dict[str, Any] = {"max_tokens": 2000, "temperature": 0, "extra_body": {"ignore_eos": True}}
+    stream = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Count to a thousand."}], stream=True, **long
+    )
+    first = next(iter(stream))
+    assert http.post("/abort_request", json={"rid": first.id}).status_code == 200
+    chunks = [first, *stream]
+    ends = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert ends == ["abort"] and len(chunks) < 2000
+    _freed(http)
+
+    def complete(rid: str) -> Any:
+        extra = {**long["extra_body"], "rid": rid}
+        return client.completions.create(model=MODEL, prompt=COUNTING, n=2, **{**long, "extra_body": extra})
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        named = pool.submit(complete, "cmpl-job")
+        _started(http)
+        assert http.post("/abort_request", json={"rid": "cmpl-job"}).status_code == 200
+        completion = named.result(timeout=60)
+        assert completion.id == "cmpl-cmpl-job"
+        assert [c.finish_reason for c in completion.choices] == ["abort", "abort"]
+        assert completion.usage is not None and 0 < completion.usage.completion_tokens < 4000
+        _freed(http)
+        others = [pool.submit(complete, f"other-{i}") for i in range(2)]
+        _until_load(http, lambda n: n == 4, "the four choices never ran at once")
+        assert http.post("/abort_request", json={"abort_all": True}).status_code == 200
+        assert {c.finish_reason for o in others for c in o.result(timeout=60).choices} == {"abort"}
     _freed(http)
 
 

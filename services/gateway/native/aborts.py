@@ -1,7 +1,10 @@
-"""SGLang's POST /abort_request: stop native generations by their `rid` (or all of them).
+"""SGLang's POST /abort_request: stop generations by their `rid` (or all of them).
 
 A /generate call registers each of its outputs' flags under the output's rid (and, for a prompt's
-`n` choices, under the prompt's rid too, so that aborts all of them) while it runs. An abort sets
+`n` choices, under the prompt's rid too, so that aborts all of them) while it runs; a chat or
+completions request (as in SGLang) its choices' under its response's id and its request_id or rid
+(run.py, abortable_events), so that a client may stop it by the id of its first streamed chunk or
+by the name it gave it; those end with finish reason "abort". An abort sets
 the flags; those outputs' events then stop (choice_abort.py: their verifier calls are cancelled, so
 the verifier frees the requests) and they end with SGLang's `{"type": "abort"}` finish reason and
 what they had, while the call's other outputs go on. An unknown rid is no error: the request may

@@ -40,7 +40,7 @@ async def chat_completions(
     run, replies = await start_chat(state, body, "chatcmpl-")
     lp_format = LogprobFormat(state.tokenizer.token_texts, body.return_tokens_as_token_ids)
     if body.stream:
-        events = await cancel_on_disconnect(request, primed(run.events()))
+        events = await cancel_on_disconnect(request, primed(run.abortable_events()))
         usage = StreamUsage(body.include_usage, body.continuous_usage)
         logprobs = lp_format if body.logprobs else None
         return event_stream(_stream(run, events, usage, logprobs, replies, body.echoed))

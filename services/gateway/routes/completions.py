@@ -42,7 +42,7 @@ async def completions(
     )
     lp_format = LogprobFormat(state.tokenizer.token_texts, body.return_tokens_as_token_ids)
     if body.stream:
-        events = await cancel_on_disconnect(request, primed(run.events()))
+        events = await cancel_on_disconnect(request, primed(run.abortable_events()))
         usage = StreamUsage(body.include_usage, body.continuous_usage)
         return event_stream(_stream(run, events, usage, lp_format if body.logprobs is not None else None))
     outcome = await cancel_on_disconnect(request, run.collect())
