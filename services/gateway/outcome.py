@@ -40,6 +40,10 @@ class Outcome:
     def text(self, index: int) -> str:
         return "".join(self._texts[index])
 
+    def token_ids(self, index: int) -> list[int]:
+        """Choice `index`'s output tokens (its end token too, where one ended it)."""
+        return list(self._token_ids[index])
+
     def logprobs(self, index: int) -> list[tuple[TokenLogprob, int]]:
         """Each output token's log-probabilities, with the offset in the text where its delta starts."""
         return self._logprobs[index]

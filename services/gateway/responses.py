@@ -96,6 +96,7 @@ class ChatChoice(BaseModel):
     message: ChatMessageOut
     logprobs: ChatLogprobs | None = None
     finish_reason: str
+    token_ids: list[int] | None = None  # vLLM's return_token_ids: the output's tokens
 
 
 class ChatCompletion(BaseModel):
@@ -108,6 +109,7 @@ class ChatCompletion(BaseModel):
     system_fingerprint: None = None
     meta_info: MetaInfo | None = None
     prompt_logprobs: PromptLogprobs | None = None  # vLLM's, when asked for
+    prompt_token_ids: list[int] | None = None  # vLLM's return_token_ids
 
 
 class ChatChunkChoice(BaseModel):
@@ -115,6 +117,7 @@ class ChatChunkChoice(BaseModel):
     delta: dict[str, Any]
     logprobs: ChatLogprobs | None = None
     finish_reason: str | None = None
+    token_ids: list[int] | None = None  # vLLM's return_token_ids: the tokens since the chunk before
 
 
 class ChatCompletionChunk(BaseModel):
@@ -126,6 +129,7 @@ class ChatCompletionChunk(BaseModel):
     usage: Usage | None = None
     system_fingerprint: None = None
     meta_info: MetaInfo | None = None
+    prompt_token_ids: list[int] | None = None  # vLLM's return_token_ids: on a choice's first chunk
 
 
 class CompletionChoice(BaseModel):
@@ -134,6 +138,10 @@ class CompletionChoice(BaseModel):
     logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
     prompt_logprobs: PromptLogprobs | None = None  # vLLM's, when asked for (not streamed)
+    # vLLM's return_token_ids: the prompt's tokens (streamed: on the choice's first chunk), and the
+    # output's (streamed: those since the chunk before).
+    prompt_token_ids: list[int] | None = None
+    token_ids: list[int] | None = None
 
 
 class Completion(BaseModel):

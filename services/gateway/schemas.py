@@ -13,7 +13,7 @@ switches: vendor_fields.py; how a reply gives back a thinking model's reasoning 
 include_reasoning, SGLang's separate_reasoning and stream_reasoning): reasoning_reply.py.
 Extensions after vLLM and SGLang: top_k, min_p, repetition_penalty, min_tokens, ignore_eos,
 stop_token_ids, include_stop_str_in_output, skip_special_tokens, return_tokens_as_token_ids,
-truncate_prompt_tokens, and a per-request
+return_token_ids (token_ids_out.py), truncate_prompt_tokens, and a per-request
 `speculation` object; OpenAI's
 `reasoning_effort` is a chat template variable; vLLM's add_generation_prompt and
 continue_final_message say how the prompt ends (prompt_ending.py), and its chat `echo` starts the
@@ -117,6 +117,7 @@ class SamplingFields(ConstraintFields, VendorFields):
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     return_tokens_as_token_ids: bool = False  # vLLM's: log-probabilities name tokens "token_id:N"
+    return_token_ids: bool = False  # vLLM's: the prompt's and the output's token ids beside the text
     # vLLM's: keep only the prompt's last N tokens (-1: as many as leave room for one new token).
     truncate_prompt_tokens: int | None = Field(default=None, ge=-1, le=MAX_TOKENS_LIMIT)
     prompt_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)  # vLLM's
@@ -141,6 +142,7 @@ class SamplingFields(ConstraintFields, VendorFields):
         "include_stop_str_in_output",
         "skip_special_tokens",
         "return_tokens_as_token_ids",
+        "return_token_ids",
         mode="before",
     )(null_is_default)
 

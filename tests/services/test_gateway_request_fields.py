@@ -1,6 +1,7 @@
 """vLLM's and OpenAI's request fields beyond the basics, through the official `openai` client against
 the real gateway and verifier (conftest.py): `reasoning_effort`, `continue_final_message` and chat
-`echo`, `stream_options.continuous_usage_stats`, `truncate_prompt_tokens`, `request_id`; SGLang's
+`echo`, `stream_options.continuous_usage_stats`, `truncate_prompt_tokens`, `request_id`,
+`return_token_ids`; SGLang's
 names for vLLM's fields and vLLM's beam-search switches."""
 
 from __future__ import annotations
@@ -233,3 +234,44 @@ def test_sglang_s_names_and_vllm_s_switches_are_taken(client: openai.OpenAI) -> 
             model=MODEL, messages=HI, max_tokens=6, extra_body={"use_beam_search": True}
         )
     assert caught.value.code == "unsupported_parameter" and caught.value.param == "use_beam_search"
+
+
+def test_return_token_ids_gives_the_prompt_s_and_the_output_s_tokens(
+    client: openai.OpenAI, http: httpx.Client
+) -> None:
+    """vLLM's `return_token_ids`: the prompt's ids are /tokenize's, the output's decode to its text
+    (with its end token), whole and streamed alike; without it there are none."""
+    ids = http.post("/tokenize", json={"model": MODEL, "messages": HI}).json()["tokens"]
+    fields: dict[str, Any] = {"model": MODEL, "messages": HI, "max_tokens": 12, "temperature": 0}
+    whole = client.chat.completions.create(**fields, extra_body={"return_token_ids": True})
+    extra = whole.model_extra or {}
+    output = (whole.choices[0].model_extra or {})["token_ids"]
+    assert extra["prompt_token_ids"] == ids and 0 < len(output) <= 12
+    text = http.post("/detokenize", json={"model": MODEL, "tokens": output}).json()["prompt"]
+    assert text.startswith(whole.choices[0].message.content or "")
+    chunks = list(
+        client.chat.completions.create(**fields, stream=True, extra_body={"return_token_ids": True})
+    )
+    assert [(c.model_extra or {}).get("prompt_token_ids") for c in chunks[:1]] == [ids]
+    assert all((c.model_extra or {}).get("prompt_token_ids") is None for c in chunks[1:])
+    streamed = [
+        t for c in chunks for choice in c.choices for t in (choice.model_extra or {}).get("token_ids") or []
+    ]
+    assert streamed == output
+    plain = client.chat.completions.create(**fields)
+    assert (plain.model_extra or {}).get("prompt_token_ids") is None
+    assert (plain.choices[0].model_extra or {}).get("token_ids") is None
+
+    prompt_ids = http.post("/tokenize", json={"model": MODEL, "prompt": COUNTING}).json()["tokens"]
+    counting: dict[str, Any] = {"model": MODEL, "prompt": COUNTING, "max_tokens": 6, "temperature": 0}
+    completion = client.completions.create(**counting, n=2, extra_body={"return_token_ids": True})
+    for choice in completion.choices:
+        extra = choice.model_extra or {}
+        assert extra["prompt_token_ids"] == prompt_ids and len(extra["token_ids"]) == 6
+    stream = client.completions.create(**counting, stream=True, extra_body={"return_token_ids": True})
+    got: list[int] = []
+    for i, chunk in enumerate(stream):
+        extra = chunk.choices[0].model_extra or {}
+        assert (extra.get("prompt_token_ids") == prompt_ids) == (i == 0)
+        got += extra.get("token_ids") or []
+    assert got == (completion.choices[0].model_extra or {})["token_ids"]

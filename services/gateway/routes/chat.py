@@ -28,6 +28,7 @@ from treespec.gateway.run import GenerationRun
 from treespec.gateway.schemas import ChatCompletionRequest
 from treespec.gateway.sse import DONE, StreamUsage, event_stream, primed, sse_chunk, sse_error
 from treespec.gateway.state import GatewayState, gateway_state
+from treespec.gateway.token_ids_out import StreamTokenIds
 
 router = APIRouter()
 
@@ -43,7 +44,8 @@ async def chat_completions(
         events = await cancel_on_disconnect(request, primed(run.abortable_events()))
         usage = StreamUsage(body.include_usage, body.continuous_usage)
         logprobs = lp_format if body.logprobs else None
-        return event_stream(_stream(run, events, usage, logprobs, replies, body.echoed))
+        ids = StreamTokenIds([job.request.prompt_token_ids for job in run.jobs], body.return_token_ids)
+        return event_stream(_stream(run, events, usage, logprobs, replies, ids, body.echoed))
     outcome = await cancel_on_disconnect(request, run.collect())
     prompt_logprobs = None  # vLLM's: one prompt, the same for every choice
     if body.prompt_logprobs is not None:
@@ -60,12 +62,14 @@ async def chat_completions(
                 replies,
                 lp_format.chat([e for e, _ in outcome.logprobs(job.index)]) if body.logprobs else None,
                 body.echoed,
+                outcome.token_ids(job.index) if body.return_token_ids else None,
             )
             for job in run.jobs
         ],
         usage=outcome.usage,
         meta_info=outcome.meta_info,
         prompt_logprobs=prompt_logprobs,
+        prompt_token_ids=list(run.jobs[0].request.prompt_token_ids) if body.return_token_ids else None,
     )
     return JSONResponse(response.model_dump(mode="json"))
 
@@ -77,6 +81,7 @@ def _choice(
     replies: ChatReplies,
     logprobs: ChatLogprobs | None,
     echoed: str = "",
+    token_ids: list[int] | None = None,
 ) -> ChatChoice:
     """A whole reply: its reasoning, its text (after the echoed message's), and the tool calls it made."""
     reply = replies.message(text, finish_reason)
@@ -86,7 +91,13 @@ def _choice(
         tool_calls=reply.tool_calls,
         function_call=reply.function_call,
     )
-    return ChatChoice(index=index, message=message, logprobs=logprobs, finish_reason=reply.finish_reason)
+    return ChatChoice(
+        index=index,
+        message=message,
+        logprobs=logprobs,
+        finish_reason=reply.finish_reason,
+        token_ids=token_ids,
+    )
 
 
 async def _stream(
@@ -95,19 +106,23 @@ async def _stream(
     usage: StreamUsage,
     logprobs: LogprobFormat | None,
     replies: ChatReplies,
+    ids: StreamTokenIds,
     echoed: str = "",
 ) -> AsyncIterator[bytes]:
     deltas = replies.stream()
 
     def chunk(choice: ChatChunkChoice, event: Event | None, meta: MetaInfo | None = None) -> bytes:
+        choice.token_ids = ids.take(choice.index)
+        fields = run.chunk_fields(choice.index, event, meta, usage)
         return sse_chunk(
-            ChatCompletionChunk(choices=[choice], **run.chunk_fields(choice.index, event, meta, usage))
+            ChatCompletionChunk(choices=[choice], prompt_token_ids=ids.prompt(choice.index), **fields)
         )
 
     for job in run.jobs:
         yield chunk(ChatChunkChoice(index=job.index, delta={"role": "assistant", "content": echoed}), None)
     try:
         async for event in events:
+            ids.add(event)
             if isinstance(event, TextDelta):
                 lp = logprobs.chat(event.logprobs) if logprobs is not None else None
                 delta = deltas.text(event.index, event.text)

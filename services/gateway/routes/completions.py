@@ -25,6 +25,7 @@ from treespec.gateway.run import GenerationRun
 from treespec.gateway.schemas import CompletionRequest
 from treespec.gateway.sse import DONE, StreamUsage, event_stream, primed, sse_chunk, sse_error
 from treespec.gateway.state import GatewayState, gateway_state
+from treespec.gateway.token_ids_out import StreamTokenIds
 from treespec.gateway.tokenizer import PromptTokenizer
 
 router = APIRouter()
@@ -44,7 +45,9 @@ async def completions(
     if body.stream:
         events = await cancel_on_disconnect(request, primed(run.abortable_events()))
         usage = StreamUsage(body.include_usage, body.continuous_usage)
-        return event_stream(_stream(run, events, usage, lp_format if body.logprobs is not None else None))
+        ids = StreamTokenIds([job.request.prompt_token_ids for job in run.jobs], body.return_token_ids)
+        lp = lp_format if body.logprobs is not None else None
+        return event_stream(_stream(run, events, usage, lp, ids))
     outcome = await cancel_on_disconnect(request, run.collect())
 
     def logprobs(index: int) -> CompletionLogprobs | None:
@@ -69,6 +72,8 @@ async def completions(
                 logprobs=logprobs(job.index),
                 finish_reason=outcome.finish_reason(job.index),
                 prompt_logprobs=prompt_logprobs(job.index),
+                prompt_token_ids=list(job.request.prompt_token_ids) if body.return_token_ids else None,
+                token_ids=outcome.token_ids(job.index) if body.return_token_ids else None,
             )
             for job in run.jobs
         ],
@@ -88,13 +93,16 @@ async def _stream(
     events: AsyncGenerator[Event, None],
     usage: StreamUsage,
     logprobs: LogprobFormat | None,
+    ids: StreamTokenIds,
 ) -> AsyncIterator[bytes]:
 
     def chunk(choice: CompletionChoice, event: Event, meta: MetaInfo | None = None) -> bytes:
+        choice.prompt_token_ids, choice.token_ids = ids.prompt(choice.index), ids.take(choice.index)
         return sse_chunk(Completion(choices=[choice], **run.chunk_fields(choice.index, event, meta, usage)))
 
     try:
         async for event in events:
+            ids.add(event)
             if isinstance(event, TextDelta):
                 lp = None
                 if logprobs is not None:
