@@ -97,6 +97,7 @@ class ChoiceJob:
     echo: str | None = None  # the prompt's text, sent first (completions' `echo`)
     min_tokens: int = 0  # stop strings count from this many output tokens on (vLLM's min_tokens)
     include_stop_str: bool = False  # the text ends with the stop string found (vLLM's extension)
+    stop_regexes: tuple[str, ...] = ()  # SGLang's stop_regex: patterns that stop it as stop strings do
     skip_special_tokens: bool = True  # special tokens add no text (vLLM's extension)
     prompt_logprobs: bool = False  # the first event carries the prompt's log-probabilities (vLLM's)
 
@@ -114,7 +115,7 @@ async def run_choice(
 ) -> AsyncGenerator[Event, None]:
     prompt_ids = job.request.prompt_token_ids
     detokenizer = IncrementalDetokenizer(tokenizer, prompt_ids, skip_special_tokens=job.skip_special_tokens)
-    stops = StopStringMatcher(job.stop_strings, job.include_stop_str)
+    stops = StopStringMatcher(job.stop_strings, job.include_stop_str, job.stop_regexes)
     count = sent = 0  # tokens received, characters sent
     pending: list[TokenLogprob] = []  # tokens whose text has not been sent yet
     received: list[int] = []  # tokens not yet on a delta

@@ -115,6 +115,7 @@ def choice_jobs(
                 echo,
                 body.min_tokens or 0,
                 include_stop_str=body.include_stop_str_in_output,
+                stop_regexes=body.stop_patterns,
                 skip_special_tokens=body.skip_special_tokens,
                 prompt_logprobs=body.prompt_logprobs is not None,
             )

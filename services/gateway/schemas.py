@@ -55,6 +55,7 @@ from treespec.gateway.schema_types import (
     null_is_default,
     unsupported,
 )
+from treespec.gateway.stop_strings import stop_pattern_problem
 from treespec.gateway.structured_outputs import Constraint, ConstraintFields
 from treespec.gateway.tool_calls import ANY_OBJECT, ToolCallMode
 from treespec.gateway.tool_schemas import (
@@ -103,6 +104,7 @@ class SamplingFields(ConstraintFields, VendorFields):
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: UnicodeText | StopList | None = None
+    stop_regex: UnicodeText | StopList | None = None  # SGLang's: patterns that stop as stop strings do
     seed: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     user: str | None = None
     # Extensions (vLLM / SGLang). vLLM's request_id names the response: "chatcmpl-<request_id>".
@@ -172,6 +174,15 @@ class SamplingFields(ConstraintFields, VendorFields):
             )
         return self
 
+    @field_validator("stop_regex")
+    @classmethod
+    def _stop_patterns_compile(cls, value: str | list[str] | None) -> str | list[str] | None:
+        for pattern in [value] if isinstance(value, str) else value or []:
+            problem = stop_pattern_problem(pattern)
+            if problem is not None:
+                raise ValueError(problem)
+        return value
+
     @field_validator("truncate_prompt_tokens")
     @classmethod
     def _keeps_some_tokens(cls, value: int | None) -> int | None:
@@ -216,6 +227,11 @@ class SamplingFields(ConstraintFields, VendorFields):
     def stop_strings(self) -> tuple[str, ...]:
         stops = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
         return tuple(s for s in stops if s)
+
+    @property
+    def stop_patterns(self) -> tuple[str, ...]:
+        """SGLang's stop regexes."""
+        return (self.stop_regex,) if isinstance(self.stop_regex, str) else tuple(self.stop_regex or ())
 
     @property
     def include_usage(self) -> bool:

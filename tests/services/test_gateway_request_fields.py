@@ -1,7 +1,7 @@
 """vLLM's and OpenAI's request fields beyond the basics, through the official `openai` client against
 the real gateway and verifier (conftest.py): `reasoning_effort`, `continue_final_message` and chat
 `echo`, `stream_options.continuous_usage_stats`, `truncate_prompt_tokens`, `request_id`,
-`return_token_ids`; SGLang's
+`return_token_ids`; SGLang's `stop_regex`, its
 names for vLLM's fields and vLLM's beam-search switches."""
 
 from __future__ import annotations
@@ -275,3 +275,32 @@ def test_return_token_ids_gives_the_prompt_s_and_the_output_s_tokens(
         assert (extra.get("prompt_token_ids") == prompt_ids) == (i == 0)
         got += extra.get("token_ids") or []
     assert got == (completion.choices[0].model_extra or {})["token_ids"]
+
+
+def test_a_stop_regex_ends_the_output_where_its_match_starts(
+    client: openai.OpenAI, http: httpx.Client
+) -> None:
+    """SGLang's `stop_regex` (chat, completions and /generate alike): the text ends right before the
+    first match (with `no_stop_trim`, right after it), whole and streamed; a bad pattern is a 400."""
+    counting: dict[str, Any] = {"model": MODEL, "prompt": COUNTING, "max_tokens": 16, "temperature": 0}
+    full = client.completions.create(**counting).choices[0].text
+    match = re.search(r"[6-9],", full)
+    assert match is not None
+    cut = client.completions.create(**counting, extra_body={"stop_regex": [r"[6-9],"]}).choices[0]
+    assert (cut.text, cut.finish_reason) == (full[: match.start()], "stop")
+    streamed = client.completions.create(**counting, stream=True, extra_body={"stop_regex": r"[6-9],"})
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == cut.text
+    kept = client.completions.create(**counting, extra_body={"stop_regex": r"[6-9],", "no_stop_trim": True})
+    assert kept.choices[0].text == full[: match.end()]
+    native = http.post(
+        "/generate",
+        json={
+            "text": COUNTING,
+            "sampling_params": {"max_new_tokens": 16, "temperature": 0, "stop_regex": r"[6-9],"},
+        },
+    ).json()
+    assert native["text"] == cut.text and native["meta_info"]["finish_reason"]["type"] == "stop"
+    for bad in ("(unclosed", r"\d*"):
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.completions.create(**counting, extra_body={"stop_regex": bad})
+        assert caught.value.param == "stop_regex"

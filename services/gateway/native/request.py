@@ -37,6 +37,7 @@ _RENAMED = {
 }
 _SAME = (
     "stop",
+    "stop_regex",
     "stop_token_ids",
     "temperature",
     "top_p",

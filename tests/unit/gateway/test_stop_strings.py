@@ -1,10 +1,11 @@
-"""Stop strings: cut at the first one, hold back what could start one, even across pieces."""
+"""Stop strings: cut at the first one, hold back what could start one, even across pieces; SGLang's stop
+regexes alike."""
 
 from __future__ import annotations
 
 import pytest
 
-from treespec.gateway.stop_strings import StopCheck, StopStringMatcher
+from treespec.gateway.stop_strings import MAX_HELD_CHARS, StopCheck, StopStringMatcher, stop_pattern_problem
 
 
 def _feed(stops: list[str], pieces: list[str]) -> tuple[str, bool]:
@@ -86,3 +87,65 @@ def test_the_stop_string_may_be_kept() -> None:
     assert matcher.push("ND b") == StopCheck("END", True, "END")  # the earliest stop, kept
     kept = StopStringMatcher(["ND", "END"], include_stop=True)
     assert kept.push("xEND y") == StopCheck("xEND", True, "END")  # "END" starts first, though listed second
+
+
+def _feed_patterns(
+    patterns: list[str], pieces: list[str], include: bool = False
+) -> tuple[list[str], StopCheck]:
+    """What each piece let through, and the last check."""
+    matcher = StopStringMatcher([], include, patterns)
+    sent, check = [], StopCheck("", False)
+    for piece in pieces:
+        check = matcher.push(piece)
+        sent.append(check.text)
+        if check.stopped:
+            break
+    return sent, check
+
+
+def test_a_stop_regex_cuts_where_its_match_starts_even_across_pieces() -> None:
+    """SGLang's stop_regex: nothing of the match is sent (or all of it, kept); text a match could
+    still start in waits for the next piece."""
+    sent, check = _feed_patterns([r"Answer: \d+\."], ["So. Answ", "er: 4", "2. More"])
+    assert sent == ["So. ", "", ""] and check.stopped and check.matched == r"Answer: \d+\."
+    sent, check = _feed_patterns([r"Answer: \d+\."], ["So. Answ", "er: 4", "2. More"], include=True)
+    assert "".join(sent) == "So. Answer: 42." and check.stopped
+    sent, check = _feed_patterns([r"\d{3}-\d{4}"], ["call 55", "5-12", " or later"])
+    assert "".join(sent) == "call 555-12 or later" and not check.stopped  # never a whole number
+
+
+def test_stop_regexes_and_strings_stop_at_the_earliest() -> None:
+    matcher = StopStringMatcher(["END"], False, [r"\n{2,}"])
+    check = matcher.push("one\n\ntwo END")
+    assert (check.text, check.stopped, check.matched) == ("one", True, r"\n{2,}")
+    matcher = StopStringMatcher(["END"], False, [r"\n{2,}"])
+    assert matcher.push("one END\n\n").matched == "END"
+
+
+def test_a_stop_regex_sees_the_text_sent_before_it() -> None:
+    """Word boundaries and look-behinds read the end of the text already sent."""
+    sent, check = _feed_patterns([r"\bEND\b"], ["the LEGEND", " says END."])
+    assert sent == ["the LEGEND", " says "] and check.stopped
+    sent, check = _feed_patterns([r"(?<=: )no\b"], ["answer: ", "now", " and: no."])
+    assert "".join(sent) == "answer: now and: " and check.stopped
+
+
+def test_a_pattern_that_could_hold_everything_holds_a_bounded_tail() -> None:
+    """`<<.*>>` could match however much follows `<<`: at most MAX_HELD_CHARS wait, then the match's
+    start goes and the rest flows; nothing is lost."""
+    matcher = StopStringMatcher([], False, [r"<<.*>>"])
+    pieces = ["<<"] + ["x" * 100] * 99
+    given = sent = most_held = 0
+    for piece in pieces:
+        given += len(piece)
+        sent += len(matcher.push(piece).text)
+        most_held = max(most_held, given - sent)
+    assert most_held == MAX_HELD_CHARS
+    assert sent + len(matcher.flush()) == given and given - sent < 100
+
+
+def test_stop_regexes_that_cannot_serve_are_refused() -> None:
+    assert stop_pattern_problem(r"Answer: \d+") is None
+    assert "empty string" in (stop_pattern_problem(r"\d*") or "")
+    assert "not a regular expression" in (stop_pattern_problem("(unclosed") or "")
+    assert "at most" in (stop_pattern_problem("a" * 2000) or "")
