@@ -8,13 +8,21 @@ headers cost most of a source's compile time: about a minute on 2 cores, where a
 each with torch/extension.h, took 64 s and 84 s one after the other. Where it cannot be built (no C++
 compiler or ninja, another architecture) the loader returns None and the callers keep their torch
 paths.
+
+A build holds an advisory lock on its folder (`flock`, which the kernel drops when its process dies)
+while it runs, and under it clears torch's own lock file: torch's loader marks a build in progress
+with a plain file that a builder killed half-way (Ctrl-C during the first `make serve`, a service
+stopped while it starts) leaves behind, and every later load waited on it forever.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import platform
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
@@ -40,16 +48,42 @@ def load_cpu_kernels() -> ModuleType | None:
     try:
         from torch.utils import cpp_extension
 
-        module: ModuleType = cpp_extension.load(
-            name=f"treespec_cpu_kernels_{build_key(sorted(CPU_DIR.glob('*.[ch]*')))}",
-            sources=[str(source) for source in sources],
-            extra_cflags=list(CFLAGS),
-            verbose=False,
-        )
+        name = f"treespec_cpu_kernels_{build_key(sorted(CPU_DIR.glob('*.[ch]*')))}"
+        folder = build_folder(name)
+        with _building(folder):
+            module: ModuleType = cpp_extension.load(
+                name=name,
+                sources=[str(source) for source in sources],
+                extra_cflags=list(CFLAGS),
+                build_directory=str(folder),
+                verbose=False,
+            )
         return module
     except Exception as exc:  # the callers' torch paths still work
         log.warning("CPU kernels unavailable (%r); using torch's ops instead", exc)
         return None
+
+
+def build_folder(name: str) -> Path:
+    """Where the extension `name` is built: under torch's extension cache (TORCH_EXTENSIONS_DIR)."""
+    from torch.utils import cpp_extension
+
+    folder = Path(cpp_extension.get_default_build_root()) / "treespec" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@contextmanager
+def _building(folder: Path) -> Iterator[None]:
+    """This process alone builds or loads in `folder` (others wait); torch's lock file, which nothing
+    but a build under this lock makes, is stale here and goes."""
+    with (folder / "treespec.flock").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            (folder / "lock").unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def build_key(files: list[Path]) -> str:

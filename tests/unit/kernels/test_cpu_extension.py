@@ -1,11 +1,14 @@
 """The CPU kernels' build key: the same sources give the same name in torch's extension cache, and a
-changed or added source (the header included) another, so a stale build is never loaded."""
+changed or added source (the header included) another, so a stale build is never loaded; a build
+killed half-way does not stop later loads."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
-from treespec.kernels.cpu_extension import CPU_DIR, build_key, load_cpu_kernels, on_x86
+from treespec.kernels.cpu_extension import CPU_DIR, build_folder, build_key, load_cpu_kernels, on_x86
 
 
 def test_the_build_key_follows_every_source(tmp_path: Path) -> None:
@@ -35,3 +38,19 @@ def test_one_module_holds_every_kernel() -> None:
             "rope",
             "silu_mul",
         } <= set(dir(module))
+
+
+def test_a_build_killed_half_way_does_not_stop_later_loads() -> None:
+    """torch's loader marks a build in progress with a lock file, which a builder killed half-way
+    leaves behind (every later load waited on it forever); the next load clears it under its own
+    lock, which the kernel drops with the process that held it. Two loads at once: both get the module."""
+    assert on_x86(), "the CPU kernels are x86-64 only"
+    name = f"treespec_cpu_kernels_{build_key(sorted(CPU_DIR.glob('*.[ch]*')))}"
+    assert load_cpu_kernels() is not None  # built (or cached) as usual
+    (build_folder(name) / "lock").touch()  # what a killed builder leaves
+    load = (
+        "from treespec.kernels.cpu_extension import load_cpu_kernels; assert load_cpu_kernels() is not None"
+    )
+    loads = [subprocess.Popen([sys.executable, "-c", load]) for _ in range(2)]
+    assert [process.wait(timeout=600) for process in loads] == [0, 0]
+    assert not (build_folder(name) / "lock").exists()
