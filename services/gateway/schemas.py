@@ -24,7 +24,7 @@ Unicode) is refused.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import (
     Field,
@@ -55,7 +55,7 @@ from treespec.gateway.schema_types import (
     null_is_default,
     unsupported,
 )
-from treespec.gateway.stop_strings import stop_pattern_problem
+from treespec.gateway.stop_fields import StopFields
 from treespec.gateway.structured_outputs import Constraint, ConstraintFields
 from treespec.gateway.tool_calls import ANY_OBJECT, ToolCallMode
 from treespec.gateway.tool_schemas import (
@@ -70,7 +70,6 @@ from treespec.gateway.vendor_fields import VendorFields
 from treespec.shared.rpc.limits import MAX_BAD_WORDS, MAX_TOP_LOGPROBS
 
 MAX_N = 128  # OpenAI's bound on n (vLLM sets none)
-MAX_STOP_STRINGS = 64  # OpenAI takes 4; vLLM and SGLang take any number (clients send more than 4)
 MAX_STOP_TOKEN_IDS = 64
 MAX_PROMPTS = 256  # prompts in one /v1/completions batch (vLLM sets none; harnesses send dozens)
 MAX_CHOICES = 256  # prompts x n: the Generate calls one request may open
@@ -84,14 +83,13 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 DEFAULT_COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 
 
-StopList = Annotated[list[UnicodeText], Field(max_length=MAX_STOP_STRINGS)]
 ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
 
 # OpenAI's deprecated function-calling fields, and the newer ones each stands for.
 _LEGACY_TOOL_FIELDS = {"functions": "tools", "function_call": "tool_choice"}
 
 
-class SamplingFields(ConstraintFields, VendorFields):
+class SamplingFields(ConstraintFields, VendorFields, StopFields):
     """Fields common to both endpoints (structured output's: structured_outputs.py; SGLang's names for
     vLLM's fields and vLLM's one-way switches: vendor_fields.py)."""
 
@@ -103,8 +101,6 @@ class SamplingFields(ConstraintFields, VendorFields):
     n: int = Field(default=1, ge=1, le=MAX_N)
     stream: bool = False
     stream_options: StreamOptions | None = None
-    stop: UnicodeText | StopList | None = None
-    stop_regex: UnicodeText | StopList | None = None  # SGLang's: patterns that stop as stop strings do
     seed: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     user: str | None = None
     # Extensions (vLLM / SGLang). vLLM's request_id names the response: "chatcmpl-<request_id>".
@@ -174,15 +170,6 @@ class SamplingFields(ConstraintFields, VendorFields):
             )
         return self
 
-    @field_validator("stop_regex")
-    @classmethod
-    def _stop_patterns_compile(cls, value: str | list[str] | None) -> str | list[str] | None:
-        for pattern in [value] if isinstance(value, str) else value or []:
-            problem = stop_pattern_problem(pattern)
-            if problem is not None:
-                raise ValueError(problem)
-        return value
-
     @field_validator("truncate_prompt_tokens")
     @classmethod
     def _keeps_some_tokens(cls, value: int | None) -> int | None:
@@ -222,16 +209,6 @@ class SamplingFields(ConstraintFields, VendorFields):
     def prompt_logprob_count(self) -> int | None:
         """The same for the prompt's tokens (vLLM's `prompt_logprobs`; completions' `echo`)."""
         return self.prompt_logprobs
-
-    @property
-    def stop_strings(self) -> tuple[str, ...]:
-        stops = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
-        return tuple(s for s in stops if s)
-
-    @property
-    def stop_patterns(self) -> tuple[str, ...]:
-        """SGLang's stop regexes."""
-        return (self.stop_regex,) if isinstance(self.stop_regex, str) else tuple(self.stop_regex or ())
 
     @property
     def include_usage(self) -> bool:
