@@ -3,7 +3,7 @@
 The kernels are compiled for the CPU they run on (-march=native), so what a machine runs is code that
 nobody timed on that machine: a vector idiom that GCC compiles well for one instruction set can turn
 into lane-by-lane instructions for another (with AVX-512 the row attention kernel once ran 6x slower
-than it had, slower than torch's SDPA; README, Benchmarks). So as each kernel loads, one typical
+than it had, slower than torch's SDPA; docs/benchmarks.md). So as each kernel loads, one typical
 problem is timed with it and with torch's op, in turns, and a kernel slower than torch's op
 (`max_slowdown` 1; a kernel may allow more) is left unused, with a warning; torch's path serves.
 Where the kernels are right they take a fifth to a half of torch's time on these problems (a 2-core

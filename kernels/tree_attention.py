@@ -6,7 +6,7 @@ cached context: torch's SDPA first gathers (or views) the keys head by head and 
 and spends most of its time on the keys it streams in small blocks. The kernel reads every key and
 value once where it lies in the pool, scores all of a KV head's queries (its query heads and rows
 side by side, GQA) against it, and applies the tree's mask only on the new tokens. `treespec bench
-layout --context 800` times whole forwards with it and with SDPA (README, Benchmarks: 24.6 against
+layout --context 800` times whole forwards with it and with SDPA (docs/benchmarks.md: 24.6 against
 27.2 ms for one row of SmolLM2-135M on a 2-core AMD EPYC, 29.3 against 31.9 ms for eight).
 
 A query's result depends only on the keys it sees (masked keys add exact zeros, the key chunks lie at

@@ -296,7 +296,7 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
             verifier += ["--colocation-socket", str(c.colocation_socket)]
         if c.draft_socket is not None:
             # The Draft stream over a local socket, its calls on the drafter's event loop: a round
-            # trip about half of gRPC's (README, Benchmarks). gRPC still serves other verifiers.
+            # trip about half of gRPC's (docs/benchmarks.md). gRPC still serves other verifiers.
             drafter += ["--local-socket", str(c.draft_socket), "--plugin-calls", "loop"]
             link_address = local_address(c.draft_socket)
         # Not essential: if it dies, the verifier decodes plainly until the supervisor restarts it.

@@ -9,7 +9,7 @@ rank, over its recent expansions (the root's children, drafted every step, inclu
 grows a level only while the children it would add are expected to pay for their rows and the pass.
 
 Counting the frontier's whole path probability instead (the most a level can add) overrated the
-levels of a head whose best child is accepted about half the time (README, EAGLE drafting).
+levels of a head whose best child is accepted about half the time (docs/eagle.md).
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ class EagleDrafter(Drafter):
         """config.level_cost, or a head step's weights (with the rows of the target's lm_head an EAGLE-2
         head reads) over a target step's. Counted in weights, not bytes: with its products in bfloat16
         a head step reads half the bytes but keeps its fixed costs (attention, norms, the tree), and
-        half the price grew more levels with no more accepted tokens (README, EAGLE drafting)."""
+        half the price grew more levels with no more accepted tokens (docs/eagle.md)."""
         if self.config.level_cost is not None:
             return self.config.level_cost
         weights = self.head.step_weights()

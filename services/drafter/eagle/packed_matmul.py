@@ -4,7 +4,7 @@ A drafting level multiplies a few rows by every weight of the head, so, like a t
 is bound by reading the weights. Weights in bfloat16 are half the bytes to read: with the shipped
 SmolLM2 head on a CPU with native bfloat16 dot products (AVX512-BF16, AMX), drafting took 10.8 ms per
 verify step against 13.8 ms in float32, at the same acceptance length (`treespec bench eagle --quick`,
-README). Only the weights are rounded to bfloat16; this moves the draft a little and never the output
+docs/eagle.md). Only the weights are rounded to bfloat16; this moves the draft a little and never the output
 (verification is exact).
 
 The weights take the panel layout of the target's own kernel (kernels/panel_gemm.py) where it builds,
