@@ -314,7 +314,10 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
         verifier += ["--profile-dir", str(c.profile_dir)]
     verifier_process = ServiceProcess("verifier", verifier, lambda: grpc_serving(verifier_address))
     out.insert(0 if c.colocated else len(out), verifier_process)  # a co-located drafter needs its socket
-    if c.colocated or (c.speculative and c.algorithm.lower() in MODEL_ALGORITHMS):  # turns on the same cores
+    # A drafter process with a model takes turns with the verifier on the same cores; a drafter in the
+    # verifier's process leaves the verifier alone there, whose forwards gain from the longer default wait.
+    shares_cores = c.colocated or (c.speculative and c.algorithm.lower() in MODEL_ALGORITHMS)
+    if shares_cores and not c.drafter_in_process:
         for process in out:
             process.env.update(shared_core_env(os.environ))
     gateway = [
