@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from dataclasses import dataclass, field
 
 from treespec.shared.model.kv_cache import BlockAllocator, OutOfBlocksError
 from treespec.shared.model.prefix_cache import PrefixCache
 from treespec.verifier.state import Phase, RequestState
+
+log = logging.getLogger(__name__)
+
+PREEMPTION_LOG_EVERY = 50  # the first preemption is logged, then every this many (as vLLM does)
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,7 @@ class Scheduler:
     by_priority: bool = False  # the priority policy: requests in order of priority, then arrival
     waiting: deque[RequestState] = field(default_factory=deque)
     running: list[RequestState] = field(default_factory=list)
+    num_preemptions: int = 0  # since the start: requests whose K/V was dropped for lack of blocks
 
     def add(self, state: RequestState) -> None:
         self.waiting.append(state)
@@ -173,6 +179,16 @@ class Scheduler:
         state.phase = Phase.WAITING
         state.num_preemptions += 1
         self.waiting.appendleft(state)
+        self.num_preemptions += 1
+        if self.num_preemptions % PREEMPTION_LOG_EVERY == 1:
+            log.warning(
+                "request %s preempted: the KV cache ran out of blocks (%d in all), so its K/V is dropped "
+                "and recomputed when it is admitted again; this slows decoding. %d preemptions so far. "
+                "Raise --max-total-tokens, or lower --max-running-requests.",
+                state.request_id,
+                self.allocator.num_blocks,
+                self.num_preemptions,
+            )
 
     def _blocks_for(self, num_slots: int) -> int:
         return -(-num_slots // self.block_size)

@@ -82,6 +82,13 @@ class VerifierMetrics:
             "than plain decoding at their batch size, or --speculative-disable-by-batch-size).",
             registry=registry,
         )
+        self.preemptions = Counter(
+            PREFIX + "preemptions",
+            "Requests preempted: their K/V dropped when the KV cache ran out of blocks, recomputed when "
+            "they are admitted again (vLLM's num_preemptions).",
+            registry=registry,
+        )
+        self._preemptions_seen = 0  # the engine's total at the last step
         self.running_requests = Gauge(PREFIX + "running_requests", "Requests running.", registry=registry)
         self.waiting_requests = Gauge(PREFIX + "waiting_requests", "Requests waiting.", registry=registry)
         self.kv_blocks_used = Gauge(PREFIX + "kv_blocks_used", "KV cache blocks in use.", registry=registry)
@@ -139,6 +146,8 @@ class VerifierMetrics:
                 self.gated_steps.inc()
             if step.draft_s is not None or step.gated:  # a step with a drafter
                 self.drafter_commit_seconds.observe(step.told_s)
+        self.preemptions.inc(snapshot.preemptions - self._preemptions_seen)
+        self._preemptions_seen = snapshot.preemptions
         self.running_requests.set(snapshot.running_requests)
         self.waiting_requests.set(snapshot.waiting_requests)
         self.kv_blocks_used.set(snapshot.kv_blocks_used)

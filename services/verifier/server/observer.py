@@ -29,6 +29,7 @@ class EngineSnapshot:
     # drafters weigh their trees against; near 1 they draft next to nothing.
     node_cost: float = 0.0
     tree_cost: float = 0.0
+    preemptions: int = 0  # since the start: requests whose K/V was dropped for lack of KV blocks
 
     @property
     def kv_blocks_used(self) -> int:
@@ -47,6 +48,7 @@ class EngineSnapshot:
             **_prefix_cache_figures(engine),
             node_cost=cost.node_cost(1),
             tree_cost=cost.tree_cost(1),
+            preemptions=engine.scheduler.num_preemptions,
         )
 
 

@@ -68,6 +68,7 @@ def test_pool_is_whole_after_random_traffic(tiny_path: Path, tiny_model: CausalL
     assert len(finished) == 500
     assert aborts > 10 and FinishReason.ABORT in finished.values()
     assert preemptions > 0, "the pool was never short: the test does not exercise preemption"
+    assert e.scheduler.num_preemptions >= preemptions  # the total counts finished requests' too
     assert e.num_free_blocks == config.num_blocks
     assert e.num_running == e.num_waiting == 0
     assert e.allocator._refs == [0] * config.num_blocks
