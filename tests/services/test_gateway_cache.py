@@ -50,7 +50,9 @@ def test_a_flush_while_a_request_runs_is_a_400(http: httpx.Client, url: str) -> 
     body = {
         "model": MODEL,
         "prompt": PROMPT,
-        "max_tokens": 400,
+        # Long enough that it cannot end before the flush arrives on a fast machine (400 tokens once
+        # did: a 200 flush after a first token); closing the stream below ends it.
+        "max_tokens": 4000,
         "temperature": 0,
         "stream": True,
         "ignore_eos": True,
