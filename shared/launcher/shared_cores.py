@@ -8,7 +8,9 @@ co-located drafter keeps a core spinning while the drafter's threads need it, an
 do the same to the verifier's next forward. On 2 cores with SmolLM2-135M and the shipped EAGLE-3 head,
 a scratch script over 4 bench prompts measured the co-located drafter at 0.82x the in-process one with
 the default and 0.92x with 30,000 spins in both processes, while 3,000 slowed every forward;
-`treespec bench eagle` gave 0.83x and 0.93x (docs/eagle.md).
+`treespec bench eagle` gave 0.83x and 0.93x (docs/eagle.md). Rechecked on 2026-11-29 with 5 ms steps:
+3,000 spins lifted bench eagle's co-located ratio to 0.92x (from 0.84x) but gained EAGLE3 nothing through
+`treespec serve` and slowed its plain decoding by 10-16%, so 30,000 stays (README, Co-location).
 """
 
 from __future__ import annotations
