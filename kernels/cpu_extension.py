@@ -48,7 +48,7 @@ def load_cpu_kernels() -> ModuleType | None:
     try:
         from torch.utils import cpp_extension
 
-        name = f"treespec_cpu_kernels_{build_key(sorted(CPU_DIR.glob('*.[ch]*')))}"
+        name = extension_name()
         folder = build_folder(name)
         with _building(folder):
             module: ModuleType = cpp_extension.load(
@@ -62,6 +62,11 @@ def load_cpu_kernels() -> ModuleType | None:
     except Exception as exc:  # the callers' torch paths still work
         log.warning("CPU kernels unavailable (%r); using torch's ops instead", exc)
         return None
+
+
+def extension_name() -> str:
+    """The extension's name in torch's cache: one per build key, so a stale build is never loaded."""
+    return f"treespec_cpu_kernels_{build_key(sorted(CPU_DIR.glob('*.[ch]*')))}"
 
 
 def build_folder(name: str) -> Path:

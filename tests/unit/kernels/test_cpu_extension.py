@@ -8,7 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from treespec.kernels.cpu_extension import CPU_DIR, build_folder, build_key, load_cpu_kernels, on_x86
+from treespec.kernels.cpu_extension import (
+    CPU_DIR,
+    build_folder,
+    build_key,
+    extension_name,
+    load_cpu_kernels,
+    on_x86,
+)
 
 
 def test_the_build_key_follows_every_source(tmp_path: Path) -> None:
@@ -45,7 +52,7 @@ def test_a_build_killed_half_way_does_not_stop_later_loads() -> None:
     leaves behind (every later load waited on it forever); the next load clears it under its own
     lock, which the kernel drops with the process that held it. Two loads at once: both get the module."""
     assert on_x86(), "the CPU kernels are x86-64 only"
-    name = f"treespec_cpu_kernels_{build_key(sorted(CPU_DIR.glob('*.[ch]*')))}"
+    name = extension_name()
     assert load_cpu_kernels() is not None  # built (or cached) as usual
     (build_folder(name) / "lock").touch()  # what a killed builder leaves
     load = (
