@@ -12,6 +12,7 @@ from pydantic_core import PydanticCustomError
 
 from treespec.gateway.errors import quotable
 from treespec.gateway.schema_types import STRICT, UnicodeText, unsupported
+from treespec.gateway.service_hints import PromptCacheBreakpoint
 from treespec.gateway.tool_schemas import CalledFunction, MessageToolCall
 
 # The roles chat templates know a message's role by ("developer" is OpenAI's new name for "system",
@@ -23,6 +24,7 @@ class TextPart(BaseModel):
     model_config = STRICT
     type: str
     text: UnicodeText
+    prompt_cache_breakpoint: PromptCacheBreakpoint | None = None  # accepted, ignored (service_hints.py)
 
     @field_validator("type")
     @classmethod

@@ -18,10 +18,12 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
     # vLLM's: with include_usage, every chunk carries its choice's usage so far too.
     continuous_usage_stats: bool = False
+    # OpenAI's: accepted; no event carries an `obfuscation` field (service_hints.py).
+    include_obfuscation: bool = True
 
-    _defaults_for_null = field_validator("include_usage", "continuous_usage_stats", mode="before")(
-        null_is_default
-    )
+    _defaults_for_null = field_validator(
+        "include_usage", "continuous_usage_stats", "include_obfuscation", mode="before"
+    )(null_is_default)
 
 
 class SpeculationOptions(BaseModel):

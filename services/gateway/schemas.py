@@ -15,7 +15,8 @@ Extensions after vLLM and SGLang: top_k, min_p, repetition_penalty, min_tokens, 
 stop_token_ids, include_stop_str_in_output, skip_special_tokens, return_tokens_as_token_ids,
 return_token_ids (token_ids_out.py), truncate_prompt_tokens, and a per-request
 `speculation` object; OpenAI's
-`reasoning_effort` is a chat template variable; vLLM's add_generation_prompt and
+`reasoning_effort` is a chat template variable; its newer service fields (prompt-cache hints, stream
+obfuscation, verbosity) are taken as service_hints.py says; vLLM's add_generation_prompt and
 continue_final_message say how the prompt ends (prompt_ending.py), and its chat `echo` starts the
 reply with a continued assistant message. A null
 stands for the field's default, as in OpenAI; text with a lone surrogate (valid JSON, not valid
@@ -54,6 +55,12 @@ from treespec.gateway.schema_types import (
     UnicodeText,
     null_is_default,
     unsupported,
+)
+from treespec.gateway.service_hints import (
+    PromptCacheOptions,
+    PromptCacheRetention,
+    Verbosity,
+    default_verbosity_only,
 )
 from treespec.gateway.stop_fields import StopFields
 from treespec.gateway.structured_outputs import Constraint, ConstraintFields
@@ -235,6 +242,8 @@ class ChatCompletionRequest(SamplingFields, PromptEndingFields, ChatTemplateFiel
     parallel_tool_calls: bool | None = None
     safety_identifier: str | None = Field(default=None, max_length=MAX_HINT_CHARS)
     prompt_cache_key: str | None = Field(default=None, max_length=MAX_HINT_CHARS)
+    prompt_cache_retention: PromptCacheRetention | None = None  # prompt caching: service_hints.py
+    prompt_cache_options: PromptCacheOptions | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     # Function calling: a named function or "required" (structured output, tool_calls.py), or "auto".
@@ -257,10 +266,23 @@ class ChatCompletionRequest(SamplingFields, PromptEndingFields, ChatTemplateFiel
     # Not implemented: of OpenAI's types, and accepted at their neutral value only.
     modalities: list[str] | None = None
     audio: dict[str, Any] | None = None
+    moderation: dict[str, Any] | None = None
+    web_search_options: dict[str, Any] | None = None  # an empty object asks for a web search too
+    verbosity: Verbosity | None = None  # "medium", OpenAI's default, only (service_hints.py)
     # OpenAI's Predicted Outputs: text the reply is expected to repeat, drafted from (prediction.py).
     prediction: Prediction | None = None
 
-    _check_chat_unsupported = field_validator("modalities", "audio")(unsupported)
+    _check_chat_unsupported = field_validator("modalities", "audio", "moderation")(unsupported)
+    _check_verbosity = field_validator("verbosity")(default_verbosity_only)
+
+    @field_validator("web_search_options")
+    @classmethod
+    def _no_web_search(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            raise PydanticCustomError(
+                "unsupported_parameter", "'web_search_options' is not supported by this server"
+            )
+        return value
 
     @field_validator("functions", "function_call")
     @classmethod

@@ -37,6 +37,13 @@ from treespec.gateway.errors import quotable, validation_error
 from treespec.gateway.request_options import ReasoningEffort, SpeculationOptions
 from treespec.gateway.schema_types import STRICT, UnicodeText, unsupported
 from treespec.gateway.schemas import ChatCompletionRequest
+from treespec.gateway.service_hints import (
+    PromptCacheBreakpoint,
+    PromptCacheOptions,
+    PromptCacheRetention,
+    Verbosity,
+    default_verbosity_only,
+)
 from treespec.gateway.tool_schemas import FUNCTION_NAME, MAX_TOOLS, FunctionDef
 from treespec.shared.rpc.limits import MAX_TOP_LOGPROBS
 
@@ -52,6 +59,7 @@ class TextPart(BaseModel):
     text: UnicodeText
     annotations: list[Any] | None = None
     logprobs: list[Any] | None = None
+    prompt_cache_breakpoint: PromptCacheBreakpoint | None = None  # accepted, ignored (service_hints.py)
 
 
 class ConversationRef(BaseModel):
@@ -169,9 +177,9 @@ class TextFormat(BaseModel):
 class TextConfig(BaseModel):
     model_config = STRICT
     format: TextFormat | None = None
-    verbosity: str | None = None
+    verbosity: Verbosity | None = None
 
-    _check_unsupported = field_validator("verbosity")(unsupported)
+    _check_verbosity = field_validator("verbosity")(default_verbosity_only)
 
 
 class ReasoningConfig(BaseModel):
@@ -202,6 +210,8 @@ class ResponsesRequest(BaseModel):
     user: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
+    prompt_cache_retention: PromptCacheRetention | None = None  # prompt caching: service_hints.py
+    prompt_cache_options: PromptCacheOptions | None = None
     service_tier: str | None = None
     stream_options: dict[str, Any] | None = None
     truncation: Literal["disabled"] | None = None
@@ -215,12 +225,25 @@ class ResponsesRequest(BaseModel):
     prompt: Any = None
     background: bool | None = None  # made by the gateway's own task, fetched later (background.py)
     max_tool_calls: int | None = None
+    background_options: dict[str, Any] | None = None
+    context_management: list[Any] | None = None
+    moderation: dict[str, Any] | None = None
+    image: dict[str, Any] | None = None
+    access_programs: Any = None
     # Log-probabilities: the message's tokens with include ["message.output_text.logprobs"], and as
     # many alternatives per token as top_logprobs asks.
     include: list[Literal["message.output_text.logprobs"]] | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
 
-    _check_unsupported = field_validator("prompt", "max_tool_calls")(unsupported)
+    _check_unsupported = field_validator(
+        "prompt",
+        "max_tool_calls",
+        "background_options",
+        "context_management",
+        "moderation",
+        "image",
+        "access_programs",
+    )(unsupported)
 
     @field_validator("conversation")
     @classmethod

@@ -7,6 +7,7 @@ from typing import Any
 
 from treespec.gateway.responses import MetaInfo, Usage
 from treespec.gateway.responses_api.request import ResponsesRequest
+from treespec.gateway.service_hints import DEFAULT_VERBOSITY
 
 LENGTH = "length"
 
@@ -54,7 +55,8 @@ def response_body(
         "text": {
             "format": text_format.model_dump(by_alias=True, exclude_none=True)
             if text_format
-            else {"type": "text"}
+            else {"type": "text"},
+            "verbosity": DEFAULT_VERBOSITY,  # the only one served (service_hints.py)
         },
         "tool_choice": (
             request.tool_choice.model_dump()
