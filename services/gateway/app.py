@@ -12,6 +12,8 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from prometheus_client import CollectorRegistry
 
+from treespec.gateway.batch_api.files import FileStore
+from treespec.gateway.batch_api.jobs import BatchJobs
 from treespec.gateway.config import GatewayConfig
 from treespec.gateway.errors import APIError, install_error_handlers
 from treespec.gateway.guards import RequestGuard
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 
 TRACER_NAME = "treespec.gateway"
 WARM_UP_MAX_DELAY_S = 5.0
+MULTIPART_ALLOWANCE = 64 << 10  # an upload's form around its file: boundaries, headers, the purpose
 
 
 def create_app(
@@ -50,6 +53,7 @@ def create_app(
     responses = response_store(config)
     conversations = conversation_store(config)
     background = BackgroundResponses(shared=event_streams(config))
+    batches = BatchJobs(FileStore(config.files_max_bytes))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -61,7 +65,7 @@ def create_app(
         )
         tracer = provider.get_tracer(TRACER_NAME)
         app.state.gateway = GatewayState(
-            config, tokenizer, verifier, metrics, tracer, responses, background, conversations
+            config, tokenizer, verifier, metrics, tracer, responses, background, conversations, batches
         )
         warm_up = asyncio.create_task(_warm_up(verifier))
         # Other replicas' orders about the background responses this one makes (a shared store).
@@ -70,6 +74,7 @@ def create_app(
             yield
         finally:
             await _stop(warm_up, orders)
+            await batches.close()
             await background.close()
             await responses.close()
             await conversations.close()
@@ -82,11 +87,18 @@ def create_app(
         strict_content_type=False,  # no Content-Type is read as JSON; a wrong one is refused (guards)
     )
     install_error_handlers(app)
-    for router in routers():
+    for name, router in routers():
         # The limit per route, not per app: the app-wide one answers a too-large Content-Length in
         # plain text, where RequestGuard answers it in OpenAI's JSON before any route runs.
-        app.include_router(router, max_body_size=config.max_body_bytes)
-    app.add_middleware(RequestGuard, api_keys=config.api_keys, max_body_bytes=config.max_body_bytes)
+        app.include_router(
+            router, max_body_size=upload_limit(config) if name == "files" else config.max_body_bytes
+        )
+    app.add_middleware(
+        RequestGuard,
+        api_keys=config.api_keys,
+        max_body_bytes=config.max_body_bytes,
+        max_upload_bytes=upload_limit(config),
+    )
     app.add_middleware(RequestCounter, metrics=metrics)
     # One server span per request: no span per ASGI message (a stream would get one per token).
     FastAPIInstrumentor.instrument_app(
@@ -119,6 +131,11 @@ async def _warm_up(verifier: VerifierClient) -> None:
             continue
         log.info("verifier serves %s (context %d tokens)", info.model_name, info.context_length)
         return
+
+
+def upload_limit(config: GatewayConfig) -> int:
+    """The largest body POST /v1/files takes: a file as large as the files' bound, and its form."""
+    return config.files_max_bytes + MULTIPART_ALLOWANCE
 
 
 def response_store(config: GatewayConfig) -> ResponseStore:

@@ -11,6 +11,7 @@ from treespec.gateway.tool_parsers import TOOL_CALL_PARSERS
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 DEFAULT_RESPONSES_STORE_SIZE = 1024
 DEFAULT_RESPONSES_STORE_TTL_S = 30 * 24 * 3600  # as long as OpenAI keeps responses
+DEFAULT_FILES_MAX_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -45,12 +46,16 @@ class GatewayConfig:
     # A token limit the client set beyond the context's room after the prompt: cut to that room
     # (SGLang's --allow-auto-truncate); by default a 400, as vLLM and SGLang answer.
     allow_auto_truncate: bool = False
+    # The Files API's files (batch inputs and outputs), kept in memory: their total bytes at most.
+    files_max_bytes: int = DEFAULT_FILES_MAX_BYTES
 
     def __post_init__(self) -> None:
         if not self.verifier_addresses:
             raise ValueError("at least one verifier address is required")
         if self.max_body_bytes < 1:
             raise ValueError("max_body_bytes must be positive")
+        if self.files_max_bytes < 1:
+            raise ValueError("files_max_bytes must be positive")
         if self.responses_store_size < 0:
             raise ValueError("responses_store_size cannot be negative")
         if self.responses_store_ttl_s < 1:

@@ -9,6 +9,8 @@ from fastapi import Request
 from opentelemetry.trace import Tracer
 
 from treespec.gateway.auto_tool_calls import AutoToolCalls
+from treespec.gateway.batch_api.files import FileStore
+from treespec.gateway.batch_api.jobs import BatchJobs
 from treespec.gateway.config import GatewayConfig
 from treespec.gateway.errors import APIError
 from treespec.gateway.metrics import GatewayMetrics
@@ -33,9 +35,14 @@ class GatewayState:
     responses: ResponseStore  # the stored Responses API responses
     background: BackgroundResponses  # those being made in the background
     conversations: ConversationStore  # the Conversations API's
+    batches: BatchJobs  # the Batch API's, and the files they read and write (`batches.files`)
     # When the gateway started: the model's `created`, the same in every answer.
     started: int = field(default_factory=lambda: int(time.time()))
     aborts: AbortRegistry = field(default_factory=AbortRegistry)  # SGLang's /abort_request, by rid
+
+    @property
+    def files(self) -> FileStore:
+        return self.batches.files
 
     def check_model(self, model: str) -> None:
         if model != self.config.model_name:

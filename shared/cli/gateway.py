@@ -7,7 +7,11 @@ import logging
 import sys
 from pathlib import Path
 
-from treespec.gateway.config import DEFAULT_RESPONSES_STORE_SIZE, DEFAULT_RESPONSES_STORE_TTL_S
+from treespec.gateway.config import (
+    DEFAULT_FILES_MAX_BYTES,
+    DEFAULT_RESPONSES_STORE_SIZE,
+    DEFAULT_RESPONSES_STORE_TTL_S,
+)
 from treespec.gateway.reasoning_parsers import REASONING_PARSERS
 from treespec.gateway.tool_parsers import TOOL_CALL_PARSERS
 from treespec.shared.cli.arg_types import non_negative_int, port, positive_int
@@ -99,6 +103,14 @@ def add_responses_store_argument(p: argparse.ArgumentParser) -> None:
         help="with --responses-store-url: seconds a response is kept after it was last written "
         "(default: 30 days)",
     )
+    p.add_argument(
+        "--files-max-bytes",
+        type=positive_int,
+        default=DEFAULT_FILES_MAX_BYTES,
+        metavar="BYTES",
+        help="the Files API's files (batch inputs and outputs, kept in the gateway's memory): their "
+        f"total size at most (default: {DEFAULT_FILES_MAX_BYTES >> 20} MiB)",
+    )
 
 
 def add_reply_parser_arguments(p: argparse.ArgumentParser) -> None:
@@ -158,6 +170,7 @@ def _run(ns: argparse.Namespace) -> int:
         responses_store_size=ns.responses_store_size,
         responses_store_url=ns.responses_store_url,
         responses_store_ttl_s=ns.responses_store_ttl,
+        files_max_bytes=ns.files_max_bytes,
         chat_template=template,
         trust_request_chat_template=ns.trust_request_chat_template,
         allow_auto_truncate=ns.allow_auto_truncate,

@@ -12,7 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from treespec.gateway.config import DEFAULT_RESPONSES_STORE_SIZE, DEFAULT_RESPONSES_STORE_TTL_S
+from treespec.gateway.config import (
+    DEFAULT_FILES_MAX_BYTES,
+    DEFAULT_RESPONSES_STORE_SIZE,
+    DEFAULT_RESPONSES_STORE_TTL_S,
+)
 from treespec.shared.cli.arg_types import port, positive_int
 from treespec.shared.cli.engine_flags import EngineFlags, add_engine_arguments
 from treespec.shared.cli.gateway import (
@@ -69,6 +73,7 @@ class ServeConfig:
     responses_store_size: int = DEFAULT_RESPONSES_STORE_SIZE  # the gateway's
     responses_store_url: str | None = None  # the gateway's (None: in its memory)
     responses_store_ttl_s: int = DEFAULT_RESPONSES_STORE_TTL_S
+    files_max_bytes: int = DEFAULT_FILES_MAX_BYTES  # the gateway's
     chat_template: str | None = None  # the gateway's --chat-template (a file or the template)
     trust_request_chat_template: bool = False
     allow_auto_truncate: bool = False
@@ -251,6 +256,7 @@ def serve_config(ns: argparse.Namespace) -> ServeConfig:
         responses_store_size=ns.responses_store_size,
         responses_store_url=ns.responses_store_url,
         responses_store_ttl_s=ns.responses_store_ttl,
+        files_max_bytes=ns.files_max_bytes,
         chat_template=ns.chat_template,
         trust_request_chat_template=ns.trust_request_chat_template,
         allow_auto_truncate=ns.allow_auto_truncate,
@@ -339,6 +345,7 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
     if c.reasoning_parser is not None:
         gateway += ["--reasoning-parser", c.reasoning_parser]
     gateway += ["--responses-store-size", str(c.responses_store_size)]
+    gateway += ["--files-max-bytes", str(c.files_max_bytes)]
     if c.chat_template is not None:
         gateway += ["--chat-template", c.chat_template]
     if c.trust_request_chat_template:

@@ -7,10 +7,12 @@ import importlib
 from fastapi import APIRouter
 
 MODULES = (
+    "batches",  # /v1/batches
     "cache",  # SGLang's /flush_cache, vLLM's /reset_prefix_cache
     "chat",  # /v1/chat/completions
     "completions",  # /v1/completions
     "conversations",  # /v1/conversations and their items
+    "files",  # /v1/files
     "invocations",  # vLLM's /invocations (SageMaker)
     "models",  # /v1/models
     "native",  # SGLang's /generate
@@ -23,5 +25,6 @@ MODULES = (
 )
 
 
-def routers() -> list[APIRouter]:
-    return [importlib.import_module(f"{__name__}.{name}").router for name in MODULES]
+def routers() -> list[tuple[str, APIRouter]]:
+    """(module name, its router) for every module."""
+    return [(name, importlib.import_module(f"{__name__}.{name}").router) for name in MODULES]

@@ -67,9 +67,9 @@ def test_results_have_the_output_format() -> None:
 def test_results_are_written_in_their_lines_order() -> None:
     out = io.StringIO()
     writer = OrderedWriter(out)
-    writer.add(2, "two")
-    writer.add(1, "one")
+    writer.add(2, {"n": "two"})
+    writer.add(1, {"n": "one"})
     assert out.getvalue() == ""  # line 0 has not ended
-    writer.add(0, "zero")
-    writer.add(3, "three")
-    assert out.getvalue().splitlines() == ["zero", "one", "two", "three"]
+    writer.add(0, {"n": "zero"})
+    writer.add(3, {"n": "three"})
+    assert [json.loads(line)["n"] for line in out.getvalue().splitlines()] == ["zero", "one", "two", "three"]

@@ -1,0 +1,213 @@
+"""OpenAI's Batch API, run by the gateway itself: a batch reads its input file (files.py: one request a
+line, batch_file.py), sends the requests through the gateway's own routes in process (at most
+`BATCH_CONCURRENCY` in flight; the verifier batches them continuously), and writes the 2xx answers to
+an output file and the rest (4xx and 5xx answers, lines that could not be sent) to an error file, each
+in its lines' order. Its status goes validating -> in_progress -> finalizing -> completed (or failed,
+when the input cannot be read at all); a cancelled batch stops its requests in flight and writes
+what had ended (cancelling -> cancelled). The batches live in the gateway's memory, as its files do;
+the newest `MAX_KEPT` are kept."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from treespec.gateway.batch_api.files import OUTPUT_PURPOSE, FileStore
+from treespec.gateway.batch_runner import BatchSummary, json_line, send_lines, succeeded
+from treespec.gateway.errors import APIError
+
+log = logging.getLogger(__name__)
+
+BATCH_CONCURRENCY = 32  # requests of one batch in flight at once
+MAX_KEPT = 10_000  # batches kept (finished ones go first, oldest first)
+COMPLETION_WINDOW = "24h"
+WINDOW_S = 24 * 3600
+UNFINISHED = ("validating", "in_progress", "finalizing", "cancelling")
+
+ClientFactory = Callable[[], httpx.AsyncClient]
+
+
+@dataclass
+class BatchJob:
+    id: str
+    endpoint: str
+    input_file_id: str
+    metadata: dict[str, str] | None
+    created_at: int
+    status: str = "validating"
+    times: dict[str, int] = field(default_factory=dict)  # "<status>_at" -> when it was reached
+    summary: BatchSummary = field(default_factory=BatchSummary)
+    total: int = 0  # the input's requests (its lines that are not blank)
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    errors: list[dict[str, Any]] | None = None
+    task: asyncio.Task[None] | None = None
+
+    def reach(self, status: str) -> None:
+        self.status = status
+        self.times[f"{status}_at"] = int(time.time())
+
+    def body(self) -> dict[str, Any]:
+        s = self.summary
+        return {
+            "id": self.id,
+            "object": "batch",
+            "endpoint": self.endpoint,
+            "errors": {"object": "list", "data": self.errors} if self.errors else None,
+            "input_file_id": self.input_file_id,
+            "completion_window": COMPLETION_WINDOW,
+            "status": self.status,
+            "output_file_id": self.output_file_id,
+            "error_file_id": self.error_file_id,
+            "created_at": self.created_at,
+            "expires_at": self.created_at + WINDOW_S,
+            **{
+                f"{name}_at": self.times.get(f"{name}_at")
+                for name in (
+                    "in_progress",
+                    "finalizing",
+                    "completed",
+                    "failed",
+                    "expired",
+                    "cancelling",
+                    "cancelled",
+                )
+            },
+            "request_counts": {"total": self.total, "completed": s.succeeded, "failed": s.failed},
+            "metadata": self.metadata,
+        }
+
+
+@dataclass
+class BatchJobs:
+    files: FileStore
+    _jobs: OrderedDict[str, BatchJob] = field(default_factory=OrderedDict)
+
+    def create(
+        self, input_file_id: str, endpoint: str, metadata: dict[str, str] | None, client: ClientFactory
+    ) -> BatchJob:
+        """A batch of the file's requests, started at once; `client` makes the client that sends them
+        (through the gateway's own routes, with the creator's credentials)."""
+        source = self.files.find(input_file_id)
+        if source is None:
+            raise APIError(
+                400, f"No such File object: {input_file_id}", code="invalid_value", param="input_file_id"
+            )
+        if source.purpose != "batch":
+            raise APIError(
+                400,
+                f"File {input_file_id} has purpose '{source.purpose}'; a batch's input needs purpose"
+                " 'batch'.",
+                code="invalid_value",
+                param="input_file_id",
+            )
+        job = BatchJob(f"batch_{uuid.uuid4().hex}", endpoint, input_file_id, metadata, int(time.time()))
+        self._keep(job)
+        job.task = asyncio.create_task(self._run(job, source.content, client))
+        return job
+
+    def get(self, batch_id: str) -> BatchJob:
+        job = self._jobs.get(batch_id)
+        if job is None:
+            raise APIError(404, f"No batch found with id '{batch_id}'.", code="not_found", param="batch_id")
+        return job
+
+    def cancel(self, batch_id: str) -> BatchJob:
+        job = self.get(batch_id)
+        if job.status in ("validating", "in_progress") and job.task is not None:
+            job.reach("cancelling")
+            job.task.cancel()
+        elif job.status not in ("cancelling", "cancelled"):
+            raise APIError(400, f"Cannot cancel a batch that is {job.status}.", code="invalid_value")
+        return job
+
+    def listed(self) -> list[dict[str, Any]]:
+        """Every batch's object, oldest first."""
+        return [job.body() for job in self._jobs.values()]
+
+    async def close(self) -> None:
+        """Stop the batches still running (the gateway is stopping)."""
+        tasks = [job.task for job in self._jobs.values() if job.task is not None and not job.task.done()]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with suppress(asyncio.CancelledError):
+                await task
+
+    def _keep(self, job: BatchJob) -> None:
+        self._jobs[job.id] = job
+        finished = [j.id for j in self._jobs.values() if j.status not in UNFINISHED]
+        for old in finished[: max(0, len(self._jobs) - MAX_KEPT)]:
+            del self._jobs[old]
+
+    async def _run(self, job: BatchJob, content: bytes, client: ClientFactory) -> None:
+        try:
+            lines = content.decode("utf-8").splitlines()
+        except UnicodeDecodeError as exc:
+            self._fail(job, "invalid_file", f"The input file is not UTF-8 text: {exc}.")
+            return
+        if not any(line.strip() for line in lines):
+            self._fail(job, "empty_file", "The input file holds no requests.")
+            return
+        results: dict[int, dict[str, Any]] = {}
+        job.total = sum(1 for line in lines if line.strip())
+        job.reach("in_progress")
+        try:
+            async with client() as http:
+                await send_lines(lines, http, _Results(results), BATCH_CONCURRENCY, job.endpoint, job.summary)
+        except asyncio.CancelledError:
+            self._end(job, results, "cancelled")
+            raise
+        except Exception as exc:  # a batch's trouble is told in the batch, never lost
+            log.exception("batch %s failed", job.id)
+            self._write(job, results)
+            self._fail(job, "batch_failed", f"The batch stopped: {exc!r}.")
+            return
+        job.reach("finalizing")
+        self._end(job, results, "completed")
+
+    def _end(self, job: BatchJob, results: dict[int, dict[str, Any]], status: str) -> None:
+        self._write(job, results)
+        if job.status != "failed":
+            job.reach(status)
+
+    def _fail(self, job: BatchJob, code: str, message: str) -> None:
+        job.errors = [{"code": code, "message": message, "param": None, "line": None}]
+        job.reach("failed")
+
+    def _write(self, job: BatchJob, results: dict[int, dict[str, Any]]) -> None:
+        """The output file (2xx answers) and the error file (the rest), each in its lines' order;
+        none for a side without lines. A file that does not fit the store fails the batch."""
+        ordered = [results[i] for i in sorted(results)]
+        good = [r for r in ordered if succeeded(r)]
+        bad = [r for r in ordered if not succeeded(r)]
+        try:
+            if good:
+                job.output_file_id = self._file(job, "output", good)
+            if bad:
+                job.error_file_id = self._file(job, "error", bad)
+        except APIError as exc:
+            self._fail(job, "output_too_large", exc.message)
+
+    def _file(self, job: BatchJob, kind: str, results: list[dict[str, Any]]) -> str:
+        text = "".join(json_line(r) + "\n" for r in results)
+        return self.files.add(f"{job.id}_{kind}.jsonl", OUTPUT_PURPOSE, text.encode("utf-8")).id
+
+
+@dataclass
+class _Results:
+    """A batch's results by line index, as they come."""
+
+    into: dict[int, dict[str, Any]]
+
+    def add(self, index: int, result: dict[str, Any]) -> None:
+        self.into[index] = result
