@@ -156,6 +156,10 @@ def test_an_upload_is_checked(http: httpx.Client) -> None:
     assert http.post("/v1/files", data={"purpose": "batch"}, files={"x": ("a", b"")}).status_code == 400
     no_purpose = http.post("/v1/files", files={"file": ("a.jsonl", b"{}\n")})
     assert no_purpose.status_code == 400 and no_purpose.json()["error"]["param"] == "purpose"
+    two = http.post(
+        "/v1/files", data={"purpose": "batch"}, files=[("file", ("a", b"1")), ("file", ("b", b"2"))]
+    )
+    assert two.status_code == 400 and "Too many files" in two.json()["error"]["message"]
     as_json = http.post("/v1/files", json={"file": "x", "purpose": "batch"})
     assert as_json.status_code == 415
     assert http.get("/v1/files/file-none").status_code == 404

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
 
 from treespec.gateway.batch_api.files import UPLOAD_PURPOSES
 from treespec.gateway.errors import APIError
@@ -23,7 +24,11 @@ MAX_FILES_PAGE = 10_000  # OpenAI's bound on a page of files
 
 @router.post("/v1/files")
 async def upload_file(request: Request, state: State) -> dict[str, Any]:
-    async with request.form(max_files=1, max_fields=8) as form:
+    try:
+        form = await request.form(max_files=1, max_fields=8)
+    except HTTPException as exc:  # Starlette's word on a form it could not read (too many files, ...)
+        raise APIError(400, f"The upload could not be read: {exc.detail}", code="invalid_body") from None
+    try:
         upload, purpose = form.get("file"), form.get("purpose")
         if not isinstance(upload, UploadFile):
             raise APIError(
@@ -41,6 +46,8 @@ async def upload_file(request: Request, state: State) -> dict[str, Any]:
             )
         content = await upload.read()
         filename = upload.filename or "upload"
+    finally:
+        await form.close()
     return state.files.add(filename, str(purpose), content).body()
 
 
