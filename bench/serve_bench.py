@@ -27,6 +27,7 @@ from typing import Any
 import torch
 import transformers
 
+from treespec.bench.process_cpu import cpu_seconds
 from treespec.bench.prompts import BenchPrompt, chat_prompt_ids, default_prompts_path, load_prompts
 from treespec.bench.report import format_table, write_json
 from treespec.bench.runs import ratio
@@ -113,17 +114,38 @@ def bench_serve(args: ServeBenchArgs) -> dict[str, Any]:
     tokenizer = transformers.AutoTokenizer.from_pretrained(args.model)
     engine_tps = _engine_tps(args, [chat_prompt_ids(tokenizer, p.text) for p in prompts])
     configs = {stack: stack_config(args, stack) for stack in args.stacks()}
+    gateways: dict[str, int] = {}  # stack -> its gateway's process id
     with ExitStack() as running:
-        for config in configs.values():  # one at a time: each measures its verify cost as it starts
+        for stack, config in configs.items():  # one at a time: each measures its verify cost as it starts
             supervisor = Supervisor(services(config))
             running.callback(supervisor.stop_all)
             supervisor.start_all()
+            gateways[stack] = _gateway_pid(supervisor)
         urls = {stack: config.url for stack, config in configs.items()}
         timings = asyncio.run(_stream_in_turns(urls, prompts, args.max_new_tokens))
-        concurrent = {
-            stack: asyncio.run(_stream_concurrently(url, prompts, args)) for stack, url in urls.items()
-        }
+        concurrent = {stack: _concurrent(url, gateways[stack], prompts, args) for stack, url in urls.items()}
     return _payload(args, prompts, engine_tps, timings, concurrent)
+
+
+def _gateway_pid(supervisor: Supervisor) -> int:
+    gateway = next(s for s in supervisor.services if s.name == "gateway")
+    assert gateway.popen is not None
+    return gateway.popen.pid
+
+
+@dataclass(frozen=True)
+class Concurrent:
+    tps: float
+    gateway_cpu_ms_per_token: float | None  # the gateway process's CPU time over the tokens it streamed
+
+
+def _concurrent(url: str, gateway_pid: int, prompts: list[BenchPrompt], args: ServeBenchArgs) -> Concurrent:
+    before = cpu_seconds(gateway_pid)
+    tps, tokens = asyncio.run(_stream_concurrently(url, prompts, args))
+    after = cpu_seconds(gateway_pid)
+    if before is None or after is None or tokens == 0:
+        return Concurrent(tps, None)
+    return Concurrent(tps, (after - before) * 1000 / tokens)
 
 
 def stack_config(args: ServeBenchArgs, stack: str) -> ServeConfig:
@@ -211,7 +233,10 @@ async def _stream_in_turns(
         return timings
 
 
-async def _stream_concurrently(url: str, prompts: list[BenchPrompt], args: ServeBenchArgs) -> float:
+async def _stream_concurrently(
+    url: str, prompts: list[BenchPrompt], args: ServeBenchArgs
+) -> tuple[float, int]:
+    """(tokens/s, tokens) of the prompts streamed by `--concurrency` clients at once."""
     from openai import AsyncOpenAI
 
     async with AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0) as client:
@@ -226,16 +251,16 @@ async def _stream_concurrently(url: str, prompts: list[BenchPrompt], args: Serve
             return done
 
         totals = await asyncio.gather(*(worker() for _ in range(args.concurrency)))
-        return sum(totals) / (time.perf_counter() - start)
+        return sum(totals) / (time.perf_counter() - start), sum(totals)
 
 
-def _path_figures(t: Sequence[StreamTiming], concurrent_tps: float) -> dict[str, float]:
+def _path_figures(t: Sequence[StreamTiming], concurrent: Concurrent) -> dict[str, float]:
     itls = [x.itl_s for x in t if x.itl_s is not None]
     return {
         "tps": sum(x.tokens for x in t) / sum(x.seconds for x in t),
         "ttft_ms": statistics.mean(x.ttft_s for x in t) * 1000,
         "itl_ms": statistics.mean(itls) * 1000 if itls else 0.0,
-        "concurrent_tps": concurrent_tps,
+        "concurrent_tps": concurrent.tps,
     }
 
 
@@ -244,7 +269,7 @@ def _payload(
     prompts: list[BenchPrompt],
     engine_tps: float,
     timings: dict[str, list[StreamTiming]],
-    concurrent: dict[str, float],
+    concurrent: dict[str, Concurrent],
 ) -> dict[str, Any]:
     paths = {stack: _path_figures(timings[stack], concurrent[stack]) for stack in timings}
     served = paths[args.stacks()[0]]  # as `treespec serve` runs it
@@ -257,6 +282,8 @@ def _payload(
         f"concurrent{args.concurrency}_tps": served["concurrent_tps"],
         "concurrent8_tps": served["concurrent_tps"] if args.concurrency == 8 else None,
         "paths": paths,
+        # The gateway's CPU time per token it streamed at --concurrency (None: /proc could not tell).
+        "gateway_cpu_ms_per_token": {s: c.gateway_cpu_ms_per_token for s, c in concurrent.items()},
     }
     if args.speculative and PLAIN in paths:
         plain = paths[PLAIN]
@@ -306,6 +333,10 @@ def render(p: dict[str, Any]) -> str:
         "",
         f"service path / in-process engine at batch 1: {p['serve_vs_engine']:.2f}x",
     ]
+    cpu = p.get("gateway_cpu_ms_per_token") or {}
+    if cpu and all(v is not None for v in cpu.values()):
+        told = ", ".join(f"{stack} {v:.3f} ms" for stack, v in cpu.items())
+        lines.append(f"gateway CPU per streamed token at {c} concurrent: {told}")
     if "serve_vs_plain" in p:
         lines.append(
             f"service path, {algorithm} / plain: {p['serve_vs_plain']:.2f}x at batch 1,"

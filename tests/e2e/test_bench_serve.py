@@ -48,6 +48,7 @@ def test_bench_serve_compares_the_stacks(
     for key in ("engine_tps", "serve_vs_engine", "serve_vs_plain", "concurrent_vs_plain"):
         assert figures[key] > 0
     assert "local_vs_grpc" not in figures  # no gRPC stack asked for (its wiring: tests/unit)
+    assert all(v > 0 for v in figures["gateway_cpu_ms_per_token"].values())  # read from /proc
     table = capsys.readouterr().out
     assert "HTTP: NGRAM, drafter over a local socket" in table and "HTTP: plain decoding" in table
 

@@ -13,6 +13,7 @@ from treespec.bench.serve_bench import (
     IN_PROCESS,
     LOCAL,
     PLAIN,
+    Concurrent,
     ServeBenchArgs,
     StreamTiming,
     _payload,
@@ -72,7 +73,8 @@ def test_the_ratios_between_the_stacks(bench_defaults: tuple[Path, Path]) -> Non
         GRPC: [StreamTiming(150, 5.0, 0.2, 0.03)],  # 30 tok/s
         PLAIN: [StreamTiming(150, 6.0, 0.2, 0.04)],  # 25 tok/s
     }
-    payload = _payload(args, [], 50.0, timings, {LOCAL: 90.0, GRPC: 80.0, PLAIN: 100.0})
+    concurrent = {LOCAL: Concurrent(90.0, 0.25), GRPC: Concurrent(80.0, 0.3), PLAIN: Concurrent(100.0, 0.5)}
+    payload = _payload(args, [], 50.0, timings, concurrent)
     assert payload["serve_tps"] == pytest.approx(37.5)  # the first stack is the one treespec serve runs
     assert payload["serve_vs_engine"] == pytest.approx(0.75)
     assert payload["serve_ttft_ms"] == pytest.approx(200.0)
@@ -87,6 +89,11 @@ def test_the_ratios_between_the_stacks(bench_defaults: tuple[Path, Path]) -> Non
     assert "HTTP: NGRAM, drafter over gRPC" in table and "HTTP: plain decoding" in table
     assert "NGRAM / plain: 1.50x at batch 1, 0.90x at 4 concurrent" in table
     assert "local socket / over gRPC: 1.25x at batch 1, 1.12x at 4 concurrent" in table
+    assert payload["gateway_cpu_ms_per_token"] == {LOCAL: 0.25, GRPC: 0.3, PLAIN: 0.5}
+    assert (
+        "gateway CPU per streamed token at 4 concurrent: local 0.250 ms, grpc 0.300 ms, plain 0.500 ms"
+        in table
+    )
     assert "in_process_vs_local" not in payload
 
 
@@ -98,7 +105,12 @@ def test_the_in_process_stack_against_the_local_socket(bench_defaults: tuple[Pat
         IN_PROCESS: [StreamTiming(150, 5.0, 0.1, 0.02)],  # 30 tok/s
         PLAIN: [StreamTiming(100, 5.0, 0.1, 0.02)],
     }
-    payload = _payload(args, [], 40.0, timings, {LOCAL: 80.0, IN_PROCESS: 100.0, PLAIN: 90.0})
+    concurrent = {
+        LOCAL: Concurrent(80.0, None),
+        IN_PROCESS: Concurrent(100.0, None),
+        PLAIN: Concurrent(90.0, None),
+    }
+    payload = _payload(args, [], 40.0, timings, concurrent)
     assert payload["in_process_vs_local"] == pytest.approx(1.2)
     assert payload["in_process_vs_local_concurrent"] == pytest.approx(1.25)
     table = render(payload)
