@@ -142,6 +142,9 @@ async def run_choice(
                 yield delta(echo, _echo_entries(job.request, prompt_entries))
                 echo = None
             entries = chunk.logprobs if len(chunk.logprobs) == len(chunk.token_ids) else None
+            # The chunk's tokens (a verify step's accepted ones come together) go out as one delta, as
+            # vLLM and SGLang stream a step: a delta per token cost the gateway an event each.
+            deltas: list[TextDelta] = []
             for j, token in enumerate(chunk.token_ids):
                 count += 1
                 received.append(token)
@@ -151,9 +154,11 @@ async def run_choice(
                     pending.append(TokenLogprob.from_proto(token, entries[j]))
                 check = stops.push(detokenizer.step(token), armed=count >= job.min_tokens)
                 if check.text or (check.stopped and pending):
-                    yield delta(check.text, tuple(pending))
+                    deltas.append(delta(check.text, tuple(pending)))
                     pending.clear()
                 if check.stopped:
+                    if deltas:
+                        yield joined(deltas)
                     yield ChoiceEnd(
                         job.index,
                         "stop",
@@ -167,10 +172,30 @@ async def run_choice(
             if chunk.finish_reason != verifier_pb2.FINISH_REASON_UNSPECIFIED:
                 tail = stops.flush()
                 if tail or pending:
-                    yield delta(tail, tuple(pending))
+                    deltas.append(delta(tail, tuple(pending)))
+                if deltas:
+                    yield joined(deltas)
                 yield _choice_end(job, chunk, count, tuple(received), prompt)
                 return
+            if deltas:
+                yield joined(deltas)
     raise verifier_unavailable("the generation stream ended without a finish reason")
+
+
+def joined(deltas: list[TextDelta]) -> TextDelta:
+    """Consecutive deltas of one choice as one: their texts, entries and tokens in order."""
+    if len(deltas) == 1:
+        return deltas[0]
+    first, last = deltas[0], deltas[-1]
+    return TextDelta(
+        first.index,
+        "".join(d.text for d in deltas),
+        tuple(e for d in deltas for e in d.logprobs),
+        first.offset,
+        last.completion_tokens,
+        tuple(t for d in deltas for t in d.token_ids),
+        first.prompt_logprobs,
+    )
 
 
 def _prompt_entries(

@@ -170,7 +170,32 @@ def test_logprobs_ride_with_the_text_their_tokens_complete(tokenizer: Tokenizer)
     assert [e.token_id for e in got] == ids
     assert [e.logprob for e in got] == pytest.approx([-0.5 - t / 1000 for t in ids])
     assert all(e.top == ((e.token_id, -0.5),) for e in got)
-    assert deltas[-1].text == "b" and deltas[-1].logprobs[-1].token_id == ids[-1]  # held, then flushed
+    # "b", held back by the partial stop string, comes with the final chunk's other text, its entry last
+    assert deltas[-1].text.endswith("b") and deltas[-1].logprobs[-1].token_id == ids[-1]
+
+
+def test_a_chunk_s_tokens_go_out_as_one_delta(tokenizer: Tokenizer) -> None:
+    """A verify step's accepted tokens come in one chunk, and leave in one delta (as vLLM and SGLang
+    stream a step), with every entry, token and count of the deltas it stands for."""
+    ids = _ids(tokenizer, "one two three four five")
+    chunks = [
+        pb.GenerateChunk(token_ids=ids[:1], logprobs=[_entry(t) for t in ids[:1]]),
+        pb.GenerateChunk(token_ids=ids[1:4], logprobs=[_entry(t) for t in ids[1:4]]),
+        pb.GenerateChunk(
+            token_ids=[*ids[4:], EOS],
+            logprobs=[_entry(t) for t in [*ids[4:], EOS]],
+            finish_reason=pb.FINISH_REASON_STOP,
+        ),
+    ]
+    events = asyncio.run(_run(tokenizer, ScriptedVerifier(chunks), _job()))
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    assert [d.text for d in deltas] == ["one", " two three four", " five"]
+    assert [d.completion_tokens for d in deltas] == [1, 4, len(ids)]
+    assert [d.offset for d in deltas] == [0, 3, 18]
+    assert [[e.token_id for e in d.logprobs] for d in deltas] == [ids[:1], ids[1:4], ids[4:]]
+    assert [t for d in deltas for t in d.token_ids] == ids
+    end = events[-1]
+    assert isinstance(end, ChoiceEnd) and end.token_ids == (EOS,) and end.completion_tokens == len(ids) + 1
 
 
 def test_a_stop_string_sends_the_entries_of_the_text_it_cut(tokenizer: Tokenizer) -> None:
