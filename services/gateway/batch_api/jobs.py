@@ -113,6 +113,7 @@ class BatchJobs:
         job = BatchJob(f"batch_{uuid.uuid4().hex}", endpoint, input_file_id, metadata, int(time.time()))
         self._keep(job)
         job.task = asyncio.create_task(self._run(job, source.content, client))
+        job.task.add_done_callback(lambda _: _settle(job))
         return job
 
     def get(self, batch_id: str) -> BatchJob:
@@ -201,6 +202,12 @@ class BatchJobs:
     def _file(self, job: BatchJob, kind: str, results: list[dict[str, Any]]) -> str:
         text = "".join(json_line(r) + "\n" for r in results)
         return self.files.add(f"{job.id}_{kind}.jsonl", OUTPUT_PURPOSE, text.encode("utf-8")).id
+
+
+def _settle(job: BatchJob) -> None:
+    """A batch cancelled before its task began (its run never saw the cancel) ends cancelled too."""
+    if job.status == "cancelling":
+        job.reach("cancelled")
 
 
 @dataclass
