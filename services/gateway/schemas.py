@@ -60,6 +60,7 @@ from treespec.gateway.service_hints import (
     PromptCacheOptions,
     PromptCacheRetention,
     Verbosity,
+    absent_only,
     default_verbosity_only,
 )
 from treespec.gateway.stop_fields import StopFields
@@ -274,15 +275,7 @@ class ChatCompletionRequest(SamplingFields, PromptEndingFields, ChatTemplateFiel
 
     _check_chat_unsupported = field_validator("modalities", "audio", "moderation")(unsupported)
     _check_verbosity = field_validator("verbosity")(default_verbosity_only)
-
-    @field_validator("web_search_options")
-    @classmethod
-    def _no_web_search(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None:
-            raise PydanticCustomError(
-                "unsupported_parameter", "'web_search_options' is not supported by this server"
-            )
-        return value
+    _check_web_search = field_validator("web_search_options")(absent_only)
 
     @field_validator("functions", "function_call")
     @classmethod

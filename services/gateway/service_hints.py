@@ -17,7 +17,7 @@ away for what changes nothing here.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
@@ -65,4 +65,14 @@ def default_verbosity_only(value: Verbosity | None, info: ValidationInfo) -> Ver
         "unsupported_parameter",
         "'{name}' other than '{default}' is not supported by this server (got '{value}')",
         {"name": info.field_name, "default": DEFAULT_VERBOSITY, "value": value},
+    )
+
+
+def absent_only(value: Any, info: ValidationInfo) -> Any:
+    """A field validator for an OpenAI field whose mere presence asks for what this server lacks (an
+    empty `web_search_options` asks for a web search): null only."""
+    if value is None:
+        return value
+    raise PydanticCustomError(
+        "unsupported_parameter", "'{name}' is not supported by this server", {"name": info.field_name}
     )
