@@ -14,6 +14,8 @@ from prometheus_client import CollectorRegistry
 
 from treespec.gateway.batch_api.files import FileStore
 from treespec.gateway.batch_api.jobs import BatchJobs
+from treespec.gateway.chat_store.redis_chat_store import RedisChatStore
+from treespec.gateway.chat_store.store import ChatStore, MemoryChatStore
 from treespec.gateway.config import GatewayConfig
 from treespec.gateway.errors import APIError, install_error_handlers
 from treespec.gateway.guards import RequestGuard
@@ -54,6 +56,7 @@ def create_app(
     conversations = conversation_store(config)
     background = BackgroundResponses(shared=event_streams(config))
     batches = BatchJobs(FileStore(config.files_max_bytes))
+    chats = chat_store(config)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -65,7 +68,7 @@ def create_app(
         )
         tracer = provider.get_tracer(TRACER_NAME)
         app.state.gateway = GatewayState(
-            config, tokenizer, verifier, metrics, tracer, responses, background, conversations, batches
+            config, tokenizer, verifier, metrics, tracer, responses, background, conversations, batches, chats
         )
         warm_up = asyncio.create_task(_warm_up(verifier))
         # Other replicas' orders about the background responses this one makes (a shared store).
@@ -78,6 +81,7 @@ def create_app(
             await background.close()
             await responses.close()
             await conversations.close()
+            await chats.close()
             await verifier.close()
 
     app = FastAPI(
@@ -160,3 +164,11 @@ def conversation_store(config: GatewayConfig) -> ConversationStore:
     if url is not None:
         return RedisConversationStore(url, size, config.responses_store_ttl_s)
     return MemoryConversationStore(size)
+
+
+def chat_store(config: GatewayConfig) -> ChatStore:
+    """Where stored chat completions are kept: beside the responses."""
+    size, url = config.responses_store_size, config.responses_store_url
+    if url is not None:
+        return RedisChatStore(url, size, config.responses_store_ttl_s)
+    return MemoryChatStore(size)

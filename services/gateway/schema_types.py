@@ -30,6 +30,10 @@ def _valid_unicode(value: str) -> str:
 # Text that reaches the model or is matched against its output (prompts, messages, stop strings).
 UnicodeText = Annotated[str, AfterValidator(_valid_unicode)]
 TokenId = Annotated[int, Field(ge=0, le=TOKEN_ID_MAX)]
+# OpenAI's `metadata` (a request's, a conversation's, a stored chat completion's): 16 pairs at most.
+Metadata = Annotated[
+    dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]], Field(max_length=16)
+]
 
 
 # The chat template's own arguments, which `chat_template_kwargs` may not set: the gateway sets them.

@@ -41,14 +41,11 @@ from treespec.gateway.errors import quotable
 from treespec.gateway.prediction import Prediction
 from treespec.gateway.prompt_ending import PromptEndingFields
 from treespec.gateway.reasoning_reply import ReasoningFields
-from treespec.gateway.request_options import (
-    ReasoningEffort,
-    SpeculationOptions,
-    StreamOptions,
-)
+from treespec.gateway.request_options import ReasoningEffort, SpeculationOptions, StreamOptions
 from treespec.gateway.schema_types import (
     MAX_HINT_CHARS,
     STRICT,
+    Metadata,
     TemplateDocuments,
     TemplateKwargs,
     TokenId,
@@ -235,10 +232,11 @@ class SamplingFields(ConstraintFields, VendorFields, StopFields):
 class ChatCompletionRequest(SamplingFields, PromptEndingFields, ChatTemplateField, ReasoningFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
-    # Accepted and ignored (hints for OpenAI's own service: storage, tiers, abuse detection, routing
-    # to its caches; this server's prefix cache needs no hint, and `cache_salt` isolates).
-    metadata: dict[str, str] | None = None
+    # `store`: the completion kept for GET /v1/chat/completions/{id} (chat_store/), with `metadata`.
+    metadata: Metadata | None = None
     store: bool | None = None
+    # Accepted and ignored (hints for OpenAI's own service: tiers, abuse detection, routing to its
+    # caches; this server's prefix cache needs no hint, and `cache_salt` isolates).
     service_tier: str | None = None
     parallel_tool_calls: bool | None = None
     safety_identifier: str | None = Field(default=None, max_length=MAX_HINT_CHARS)

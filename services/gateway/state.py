@@ -11,6 +11,7 @@ from opentelemetry.trace import Tracer
 from treespec.gateway.auto_tool_calls import AutoToolCalls
 from treespec.gateway.batch_api.files import FileStore
 from treespec.gateway.batch_api.jobs import BatchJobs
+from treespec.gateway.chat_store.store import ChatStore
 from treespec.gateway.config import GatewayConfig
 from treespec.gateway.errors import APIError
 from treespec.gateway.metrics import GatewayMetrics
@@ -36,6 +37,7 @@ class GatewayState:
     background: BackgroundResponses  # those being made in the background
     conversations: ConversationStore  # the Conversations API's
     batches: BatchJobs  # the Batch API's, and the files they read and write (`batches.files`)
+    chats: ChatStore  # the stored chat completions (`store: true`)
     # When the gateway started: the model's `created`, the same in every answer.
     started: int = field(default_factory=lambda: int(time.time()))
     aborts: AbortRegistry = field(default_factory=AbortRegistry)  # SGLang's /abort_request, by rid

@@ -85,14 +85,16 @@ def add_responses_store_argument(p: argparse.ArgumentParser) -> None:
         "--responses-store-size",
         type=non_negative_int,
         default=DEFAULT_RESPONSES_STORE_SIZE,
-        help="Responses API responses kept for previous_response_id and GET /v1/responses/{id} "
-        "(the least recently used go first; 0: none, every response says store false)",
+        help="Responses API responses kept for previous_response_id and GET /v1/responses/{id}, and as "
+        "many conversations and stored chat completions (the least recently used go first; 0: none, "
+        "every response says store false)",
     )
     p.add_argument(
         "--responses-store-url",
         default=None,
         metavar="URL",
-        help="keep them in Redis (redis://host:6379/0), shared by every gateway replica "
+        help="keep them (responses, conversations, stored chat completions) in Redis "
+        "(redis://host:6379/0), shared by every gateway replica "
         "(default: in the gateway's memory)",
     )
     p.add_argument(

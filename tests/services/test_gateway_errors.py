@@ -223,7 +223,7 @@ def test_lone_surrogates_get_openai_errors(http: httpx.Client, name: str) -> Non
 
 
 def test_wrong_method_and_keyless_routes(url: str, http: httpx.Client) -> None:
-    assert http.get(CHAT).status_code == 405
+    assert http.put(CHAT).status_code == 405  # GET lists the stored chat completions
     assert httpx.get(f"{url}/v1/models").status_code == 401
     assert httpx.get(f"{url}/health").status_code == 200  # no key needed
 

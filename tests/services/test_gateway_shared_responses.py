@@ -1,9 +1,10 @@
 """Two gateway replicas with their responses in one real Redis (`--responses-store-url`), before the
 package's verifier, through the OpenAI SDK: a response made on one replica is read, continued and
-deleted on the other, and the continued response equals the one sent whole; a background response
-made on one is polled on the other until it is done, and one streamed is followed there too (after
-its client's connection dropped) and cancelled there; with Redis down a response is still answered,
-and reading one back is a 503 until Redis is back."""
+deleted on the other, and the continued response equals the one sent whole; a chat completion stored
+on one is read, listed, updated and deleted on the other; a background response made on one is polled
+on the other until it is done, and one streamed is followed there too (after its client's connection
+dropped) and cancelled there; with Redis down a response is still answered, and reading one back is
+a 503 until Redis is back."""
 
 from __future__ import annotations
 
@@ -92,6 +93,27 @@ def test_a_conversation_is_shared_by_the_replicas(replicas: tuple[openai.OpenAI,
     b.conversations.delete(conversation.id)
     with pytest.raises(openai.NotFoundError):
         a.conversations.retrieve(conversation.id)
+
+
+def test_a_stored_chat_completion_is_shared_by_the_replicas(
+    replicas: tuple[openai.OpenAI, openai.OpenAI],
+) -> None:
+    a, b = replicas
+    model = a.models.list().data[0].id
+    made = a.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "Hi"}],
+        max_tokens=4,
+        store=True,
+        metadata={"on": "a"},
+    )
+    assert b.chat.completions.retrieve(made.id).choices == made.choices
+    assert [c.id for c in b.chat.completions.list(metadata={"on": "a"})] == [made.id]
+    b.chat.completions.update(made.id, metadata={"on": "b"})
+    assert a.chat.completions.retrieve(made.id).model_dump()["metadata"] == {"on": "b"}
+    assert b.chat.completions.delete(made.id).deleted
+    with pytest.raises(openai.NotFoundError):
+        a.chat.completions.retrieve(made.id)
 
 
 STORY = {"input": "Write a very long story about a lighthouse keeper.", "max_output_tokens": 400}

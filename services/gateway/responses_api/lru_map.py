@@ -31,5 +31,9 @@ class LruMap(Generic[V]):
             self._entries.move_to_end(key)
         return value
 
+    def values(self) -> list[V]:
+        """Every value, least recently used first (their use is not recorded)."""
+        return list(self._entries.values())
+
     def pop(self, key: str) -> V | None:
         return self._entries.pop(key, None)

@@ -35,7 +35,7 @@ from pydantic_core import PydanticCustomError
 
 from treespec.gateway.errors import quotable, validation_error
 from treespec.gateway.request_options import ReasoningEffort, SpeculationOptions
-from treespec.gateway.schema_types import STRICT, UnicodeText, unsupported
+from treespec.gateway.schema_types import STRICT, Metadata, UnicodeText, unsupported
 from treespec.gateway.schemas import ChatCompletionRequest
 from treespec.gateway.service_hints import (
     PromptCacheBreakpoint,
@@ -206,7 +206,7 @@ class ResponsesRequest(BaseModel):
     store: bool | None = None  # None: stored
     previous_response_id: str | None = Field(default=None, min_length=1, max_length=256)
     # Accepted and ignored: hints for OpenAI's own service.
-    metadata: dict[str, str] | None = None
+    metadata: Metadata | None = None
     user: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None

@@ -20,6 +20,7 @@ MODULES = (
     "profile",  # SGLang's and vLLM's /start_profile, /stop_profile
     "responses_api",  # /v1/responses
     "server_info",  # SGLang's /get_server_info, /get_model_info
+    "stored_chat",  # /v1/chat/completions listed, and each by id: read, updated, deleted, messages
     "stored_responses",  # /v1/responses/{id} and its input items, deletion, cancelling
     "tokenize",  # /tokenize, /detokenize
 )

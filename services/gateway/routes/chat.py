@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Annotated
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from treespec.gateway.chat_reply import ChatReplies
 from treespec.gateway.chat_start import start_chat
+from treespec.gateway.chat_store.record import stored_chat
 from treespec.gateway.disconnect import cancel_on_disconnect
 from treespec.gateway.errors import APIError
 from treespec.gateway.generation import Event, TextDelta
 from treespec.gateway.logprob_format import LogprobFormat
-from treespec.gateway.outcome import meta_info
+from treespec.gateway.outcome import Outcome, meta_info
 from treespec.gateway.responses import (
     ChatChoice,
     ChatChunkChoice,
@@ -45,8 +46,23 @@ async def chat_completions(
         usage = StreamUsage(body.include_usage, body.continuous_usage)
         logprobs = lp_format if body.logprobs else None
         ids = StreamTokenIds([job.request.prompt_token_ids for job in run.jobs], body.return_token_ids)
-        return event_stream(_stream(run, events, usage, logprobs, replies, ids, body.echoed))
+        keep = _keeper(state, body, run, replies, lp_format) if body.store else None
+        return event_stream(_stream(run, events, usage, logprobs, replies, ids, body.echoed, keep))
     outcome = await cancel_on_disconnect(request, run.collect())
+    response = _completion(run, outcome, body, replies, lp_format)
+    if body.store:
+        await state.chats.put(stored_chat(body, response))
+    return JSONResponse(response)
+
+
+def _completion(
+    run: GenerationRun,
+    outcome: Outcome,
+    body: ChatCompletionRequest,
+    replies: ChatReplies,
+    lp_format: LogprobFormat,
+) -> dict[str, Any]:
+    """The whole completion, as JSON: answered so, or kept for a streamed one made with `store`."""
     prompt_logprobs = None  # vLLM's: one prompt, the same for every choice
     if body.prompt_logprobs is not None:
         prompt_logprobs = lp_format.prompt(outcome.prompt_logprobs(0))
@@ -71,7 +87,22 @@ async def chat_completions(
         prompt_logprobs=prompt_logprobs,
         prompt_token_ids=list(run.jobs[0].request.prompt_token_ids) if body.return_token_ids else None,
     )
-    return JSONResponse(response.model_dump(mode="json"))
+    return response.model_dump(mode="json")
+
+
+def _keeper(
+    state: GatewayState,
+    body: ChatCompletionRequest,
+    run: GenerationRun,
+    replies: ChatReplies,
+    lp_format: LogprobFormat,
+) -> Callable[[], Awaitable[None]]:
+    """What stores a streamed completion once its stream has ended (its outcome then whole)."""
+
+    async def keep() -> None:
+        await state.chats.put(stored_chat(body, _completion(run, run.outcome, body, replies, lp_format)))
+
+    return keep
 
 
 def _choice(
@@ -108,7 +139,9 @@ async def _stream(
     replies: ChatReplies,
     ids: StreamTokenIds,
     echoed: str = "",
+    keep: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncIterator[bytes]:
+    """`keep`: stores the completion once it has streamed whole (`store`)."""
     deltas = replies.stream()
 
     def chunk(choice: ChatChunkChoice, event: Event | None, meta: MetaInfo | None = None) -> bytes:
@@ -145,4 +178,6 @@ async def _stream(
             id=run.id, created=run.created, model=run.model, choices=[], usage=run.outcome.usage
         )
         yield sse_chunk(total)
+    if keep is not None:
+        await keep()
     yield DONE

@@ -13,15 +13,12 @@ from treespec.gateway.responses_api.conversation_store import Conversation, item
 from treespec.gateway.responses_api.listing import MAX_PAGE, page
 from treespec.gateway.responses_api.request import InputItem
 from treespec.gateway.responses_api.store import listed_item
-from treespec.gateway.schema_types import STRICT
+from treespec.gateway.schema_types import STRICT, Metadata
 from treespec.gateway.state import GatewayState, gateway_state
 
 router = APIRouter()
 
 MAX_ITEMS_ADDED = 20  # per call, as OpenAI takes them
-Metadata = Annotated[
-    dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]], Field(max_length=16)
-]
 Include = Annotated[list[str] | None, Query()]  # accepted: no item has more to include here
 
 
