@@ -1,7 +1,9 @@
 """OpenAI's Files and Batch APIs through the official `openai` client against the real gateway and
 verifier (conftest.py, with an API key): a batch file uploaded, run by the gateway through its own
 routes, its answers in an output file (each the reply the endpoint gives alone) and its failures in an
-error file, both in their lines' order; cancelling stops a batch; what cannot be run is a 4xx."""
+error file, both in their lines' order; cancelling stops a batch; files carry their expiration policy
+(an upload's, a batch's for its output, OpenAI's default for a batch input); what cannot be run, and
+a policy that is none, is a 4xx."""
 
 from __future__ import annotations
 
@@ -128,6 +130,33 @@ def test_files_are_listed_read_and_deleted(client: openai.OpenAI) -> None:
     assert client.files.delete(file_id).deleted
     with pytest.raises(openai.NotFoundError):
         client.files.retrieve(file_id)
+
+
+def test_files_expire_as_their_policy_says(client: openai.OpenAI, http: httpx.Client) -> None:
+    data = ("requests.jsonl", io.BytesIO(json.dumps(_chat_line("x", "hi")).encode() + b"\n"))
+    brief = client.files.create(
+        file=data, purpose="batch", expires_after={"anchor": "created_at", "seconds": 3600}
+    )
+    assert brief.expires_at == brief.created_at + 3600
+    batch_input = client.files.retrieve(_upload(client, [_chat_line("x", "hi")]))
+    assert batch_input.expires_at == batch_input.created_at + 30 * 24 * 3600  # OpenAI's default for batch
+    kept = client.files.retrieve(_upload(client, [_chat_line("x", "hi")], purpose="user_data"))
+    assert kept.expires_at is None
+    batch = client.batches.create(
+        input_file_id=brief.id,
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+        output_expires_after={"anchor": "created_at", "seconds": 7200},
+    )
+    output = client.files.retrieve(_wait(client, batch.id, ("completed",)).output_file_id or "")
+    assert output.expires_at == output.created_at + 7200
+    form = {"purpose": "batch", "expires_after[anchor]": "created_at", "expires_after[seconds]": "60"}
+    too_soon = http.post("/v1/files", data=form, files={"file": ("a.jsonl", b"{}\n")})
+    assert too_soon.status_code == 400 and too_soon.json()["error"]["param"] == "expires_after"
+    never = {"anchor": "created_at", "seconds": 10**9}
+    body = {"input_file_id": brief.id, "endpoint": "/v1/chat/completions", "output_expires_after": never}
+    refused = http.post("/v1/batches", json=body)
+    assert refused.status_code == 400 and "output_expires_after" in refused.json()["error"]["param"]
 
 
 @pytest.mark.parametrize(

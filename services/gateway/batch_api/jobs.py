@@ -51,6 +51,7 @@ class BatchJob:
     error_file_id: str | None = None
     errors: list[dict[str, Any]] | None = None
     task: asyncio.Task[None] | None = None
+    output_expires_s: int | None = None  # how long its output and error files are kept (None: ever)
 
     def reach(self, status: str) -> None:
         self.status = status
@@ -93,10 +94,16 @@ class BatchJobs:
     _jobs: OrderedDict[str, BatchJob] = field(default_factory=OrderedDict)
 
     def create(
-        self, input_file_id: str, endpoint: str, metadata: dict[str, str] | None, client: ClientFactory
+        self,
+        input_file_id: str,
+        endpoint: str,
+        metadata: dict[str, str] | None,
+        client: ClientFactory,
+        output_expires_s: int | None = None,
     ) -> BatchJob:
         """A batch of the file's requests, started at once; `client` makes the client that sends them
-        (through the gateway's own routes, with the creator's credentials)."""
+        (through the gateway's own routes, with the creator's credentials); `output_expires_s`: how
+        long its output and error files are kept (None: until deleted)."""
         source = self.files.find(input_file_id)
         if source is None:
             raise APIError(
@@ -111,6 +118,7 @@ class BatchJobs:
                 param="input_file_id",
             )
         job = BatchJob(f"batch_{uuid.uuid4().hex}", endpoint, input_file_id, metadata, int(time.time()))
+        job.output_expires_s = output_expires_s
         self._keep(job)
         job.task = asyncio.create_task(self._run(job, source.content, client))
         job.task.add_done_callback(lambda _: _settle(job))
@@ -201,7 +209,8 @@ class BatchJobs:
 
     def _file(self, job: BatchJob, kind: str, results: list[dict[str, Any]]) -> str:
         text = "".join(json_line(r) + "\n" for r in results)
-        return self.files.add(f"{job.id}_{kind}.jsonl", OUTPUT_PURPOSE, text.encode("utf-8")).id
+        name, content = f"{job.id}_{kind}.jsonl", text.encode("utf-8")
+        return self.files.add(name, OUTPUT_PURPOSE, content, job.output_expires_s).id
 
 
 def _settle(job: BatchJob) -> None:

@@ -9,9 +9,10 @@ import httpx
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 
+from treespec.gateway.batch_api.expiry import ExpiresAfter
 from treespec.gateway.batch_api.jobs import ClientFactory
 from treespec.gateway.responses_api.listing import MAX_PAGE, page
-from treespec.gateway.schema_types import STRICT
+from treespec.gateway.schema_types import STRICT, Metadata
 from treespec.gateway.state import GatewayState, gateway_state
 
 router = APIRouter()
@@ -23,13 +24,15 @@ class BatchCreate(BaseModel):
     input_file_id: str = Field(min_length=1, max_length=256)
     endpoint: Literal["/v1/chat/completions", "/v1/completions", "/v1/responses"]
     completion_window: Literal["24h"] = "24h"  # COMPLETION_WINDOW
-    metadata: dict[str, str] | None = Field(default=None, max_length=16)
-    output_expires_after: dict[str, Any] | None = None  # accepted: files are kept until deleted
+    metadata: Metadata | None = None
+    output_expires_after: ExpiresAfter | None = None  # the output and error files' (expiry.py)
 
 
 @router.post("/v1/batches")
 async def create_batch(body: BatchCreate, request: Request, state: State) -> dict[str, Any]:
-    job = state.batches.create(body.input_file_id, body.endpoint, body.metadata, _own_client(request))
+    expires_s = body.output_expires_after.seconds if body.output_expires_after is not None else None
+    client = _own_client(request)
+    job = state.batches.create(body.input_file_id, body.endpoint, body.metadata, client, expires_s)
     return job.body()
 
 

@@ -1,4 +1,5 @@
-"""OpenAI's Files API (batch_api/files.py): POST /v1/files (multipart: `file` and `purpose`),
+"""OpenAI's Files API (batch_api/files.py): POST /v1/files (multipart: `file`, `purpose` and an
+optional `expires_after`, batch_api/expiry.py),
 GET /v1/files (newest first by default; `purpose`, `limit`, `order`, `after`), GET /v1/files/{id},
 GET /v1/files/{id}/content and DELETE /v1/files/{id}."""
 
@@ -11,6 +12,7 @@ from fastapi.responses import Response
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
+from treespec.gateway.batch_api.expiry import upload_expiry
 from treespec.gateway.batch_api.files import UPLOAD_PURPOSES
 from treespec.gateway.errors import APIError
 from treespec.gateway.responses_api.listing import page
@@ -44,11 +46,12 @@ async def upload_file(request: Request, state: State) -> dict[str, Any]:
                 code="invalid_value",
                 param="purpose",
             )
+        expires_after_s = upload_expiry(form, purpose)
         content = await upload.read()
         filename = upload.filename or "upload"
     finally:
         await form.close()
-    return state.files.add(filename, str(purpose), content).body()
+    return state.files.add(filename, purpose, content, expires_after_s).body()
 
 
 @router.get("/v1/files")
