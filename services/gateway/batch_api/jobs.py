@@ -4,7 +4,9 @@ line, batch_file.py), sends the requests through the gateway's own routes in pro
 an output file and the rest (4xx and 5xx answers, lines that could not be sent) to an error file, each
 in its lines' order. Its status goes validating -> in_progress -> finalizing -> completed (or failed,
 when the input cannot be read at all); a cancelled batch stops its requests in flight and writes
-what had ended (cancelling -> cancelled). The batches live in the gateway's memory, as its files do;
+what had ended (cancelling -> cancelled). One still running when its completion window (24 hours)
+ends stops too: expired, its answered requests written as always and the others to the error file
+as `batch_expired`. The batches live in the gateway's memory, as its files do;
 the newest `MAX_KEPT` are kept."""
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import httpx
 
 from treespec.gateway.batch_api.files import OUTPUT_PURPOSE, FileStore
+from treespec.gateway.batch_file import LineError, parse_line, unsent
 from treespec.gateway.batch_runner import BatchSummary, json_line, send_lines, succeeded
 from treespec.gateway.errors import APIError
 
@@ -31,6 +34,7 @@ BATCH_CONCURRENCY = 32  # requests of one batch in flight at once
 MAX_KEPT = 10_000  # batches kept (finished ones go first, oldest first)
 COMPLETION_WINDOW = "24h"
 WINDOW_S = 24 * 3600
+EXPIRED_MESSAGE = "This request could not be executed before the completion window expired."
 UNFINISHED = ("validating", "in_progress", "finalizing", "cancelling")
 
 ClientFactory = Callable[[], httpx.AsyncClient]
@@ -52,6 +56,7 @@ class BatchJob:
     errors: list[dict[str, Any]] | None = None
     task: asyncio.Task[None] | None = None
     output_expires_s: int | None = None  # how long its output and error files are kept (None: ever)
+    expires_at: float = 0.0  # the end of its completion window (time.time()); unfinished, it expires
 
     def reach(self, status: str) -> None:
         self.status = status
@@ -70,7 +75,7 @@ class BatchJob:
             "output_file_id": self.output_file_id,
             "error_file_id": self.error_file_id,
             "created_at": self.created_at,
-            "expires_at": self.created_at + WINDOW_S,
+            "expires_at": int(self.expires_at),
             **{
                 f"{name}_at": self.times.get(f"{name}_at")
                 for name in (
@@ -91,6 +96,7 @@ class BatchJob:
 @dataclass
 class BatchJobs:
     files: FileStore
+    window_s: float = WINDOW_S  # a batch's completion window
     _jobs: OrderedDict[str, BatchJob] = field(default_factory=OrderedDict)
 
     def create(
@@ -119,6 +125,7 @@ class BatchJobs:
             )
         job = BatchJob(f"batch_{uuid.uuid4().hex}", endpoint, input_file_id, metadata, int(time.time()))
         job.output_expires_s = output_expires_s
+        job.expires_at = time.time() + self.window_s
         self._keep(job)
         job.task = asyncio.create_task(self._run(job, source.content, client))
         job.task.add_done_callback(lambda _: _settle(job))
@@ -170,13 +177,17 @@ class BatchJobs:
         results: dict[int, dict[str, Any]] = {}
         job.total = sum(1 for line in lines if line.strip())
         job.reach("in_progress")
+        window = asyncio.timeout(max(0.0, job.expires_at - time.time()))
         try:
-            async with client() as http:
+            async with window, client() as http:
                 await send_lines(lines, http, _Results(results), BATCH_CONCURRENCY, job.endpoint, job.summary)
         except asyncio.CancelledError:
             self._end(job, results, "cancelled")
             raise
         except Exception as exc:  # a batch's trouble is told in the batch, never lost
+            if window.expired():  # its completion window ended first (a TimeoutError)
+                self._expire(job, lines, results)
+                return
             log.exception("batch %s failed", job.id)
             self._write(job, results)
             self._fail(job, "batch_failed", f"The batch stopped: {exc!r}.")
@@ -188,6 +199,16 @@ class BatchJobs:
         self._write(job, results)
         if job.status != "failed":
             job.reach(status)
+
+    def _expire(self, job: BatchJob, lines: list[str], results: dict[int, dict[str, Any]]) -> None:
+        """The requests the window left unanswered (stopped) go to the error file, as on OpenAI's
+        service; what was answered is written as always."""
+        for index, text in enumerate(line for line in lines if line.strip()):
+            if index not in results:
+                custom_id = parse_line(text, set()).custom_id
+                results[index] = unsent(LineError(custom_id, "batch_expired", EXPIRED_MESSAGE))
+                job.summary.failed += 1
+        self._end(job, results, "expired")
 
     def _fail(self, job: BatchJob, code: str, message: str) -> None:
         job.errors = [{"code": code, "message": message, "param": None, "line": None}]

@@ -1,15 +1,17 @@
-"""Batch API jobs without a server: what a batch refuses to start from, and a batch cancelled before
-its task began still ends cancelled (the sending is tested through the stack, tests/services)."""
+"""Batch API jobs without a server: what a batch refuses to start from, a batch cancelled before its
+task began still ends cancelled, and one still running when its completion window ends expires (its
+unanswered requests in the error file); the sending is tested through the stack, tests/services."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import pytest
 
 from treespec.gateway.batch_api.files import FileStore
-from treespec.gateway.batch_api.jobs import BatchJobs
+from treespec.gateway.batch_api.jobs import BatchJob, BatchJobs
 from treespec.gateway.errors import APIError
 
 LINE = b'{"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": {"prompt": "x"}}\n'
@@ -39,3 +41,41 @@ def test_a_batch_needs_a_batch_file_that_exists(purpose: str, file_id: str | Non
 
     error = asyncio.run(scenario())
     assert (error.status, error.param) == (400, "input_file_id")
+
+
+def test_a_batch_still_running_when_its_window_ends_expires() -> None:
+    async def answer(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        if body["prompt"] != "fast":
+            await asyncio.sleep(60)
+        return httpx.Response(200, json={"id": "cmpl-1", "object": "text_completion", "choices": []})
+
+    def client() -> httpx.AsyncClient:
+        return httpx.AsyncClient(transport=httpx.MockTransport(answer), base_url="http://gateway")
+
+    def line(custom_id: str, prompt: str) -> bytes:
+        body = {"prompt": prompt, "model": "m"}
+        request = {"custom_id": custom_id, "method": "POST", "url": "/v1/completions", "body": body}
+        return json.dumps(request).encode() + b"\n"
+
+    async def scenario() -> tuple[BatchJobs, BatchJob]:
+        jobs = BatchJobs(FileStore(1 << 20), window_s=0.5)
+        content = line("a", "fast") + line("b", "slow") + b"\n" + line("c", "slow")
+        job = jobs.create(jobs.files.add("in.jsonl", "batch", content).id, "/v1/completions", None, client)
+        assert job.task is not None
+        await asyncio.wait_for(job.task, timeout=10)
+        return jobs, job
+
+    jobs, job = asyncio.run(scenario())
+    body = job.body()
+    assert body["status"] == "expired" and body["expired_at"] is not None
+    assert body["request_counts"] == {"total": 3, "completed": 1, "failed": 2}
+    answered = [json.loads(x) for x in jobs.files.get(body["output_file_id"]).content.splitlines()]
+    assert [x["custom_id"] for x in answered] == ["a"]
+    stopped = [json.loads(x) for x in jobs.files.get(body["error_file_id"]).content.splitlines()]
+    assert [(x["custom_id"], x["error"]["code"], x["response"]) for x in stopped] == [
+        ("b", "batch_expired", None),
+        ("c", "batch_expired", None),
+    ]
+    with pytest.raises(APIError):
+        jobs.cancel(job.id)
