@@ -61,6 +61,23 @@ def test_depths_and_masks_match_brute_force_on_random_trees() -> None:
         assert depths.dtype == torch.long
 
 
+def test_a_mask_of_parents_listed_after_children_is_jumped_to_the_same() -> None:
+    """Ordered trees on a CPU walk node by node; any other parent array (here children listed before
+    their parents) takes pointer jumping, which must give the brute-force ancestors too."""
+    rng = random.Random(1)
+    for _ in range(50):
+        n = rng.randrange(2, 32)
+        ordered = random_parents(rng, n)
+        order = list(range(n))
+        rng.shuffle(order)  # node order[k] becomes node k
+        place = {old: new for new, old in enumerate(order)}
+        parents = [place[ordered[old]] if ordered[old] >= 0 else -1 for old in order]
+        expected = torch.zeros(n, n, dtype=torch.bool)
+        for i in range(n):
+            expected[i, brute_ancestors(parents, i)] = True
+        assert torch.equal(ancestor_mask(torch.tensor(parents)), expected)
+
+
 def test_chain_gives_causal_mask() -> None:
     parents = torch.arange(-1, 9)
     assert torch.equal(ancestor_mask(parents), torch.tril(torch.ones(10, 10, dtype=torch.bool)))
