@@ -47,8 +47,11 @@ def _chat_text(client: openai.OpenAI, messages: list[ChatCompletionMessageParam]
 
 
 def test_a_response_is_the_chat_reply_to_the_same_conversation(client: openai.OpenAI) -> None:
-    response = client.responses.create(model=MODEL, input="Say hello.", max_output_tokens=8, temperature=0)
+    response = client.responses.create(
+        model=MODEL, input="Say hello.", max_output_tokens=8, temperature=0, max_tool_calls=2
+    )
     text, chat = _chat_text(client, [{"role": "user", "content": "Say hello."}], 8)
+    assert response.max_tool_calls == 2  # echoed: no built-in tool runs here, so the bound holds
     assert response.object == "response" and response.model == MODEL and response.id.startswith("resp_")
     assert response.output_text == text
     (message,) = response.output
@@ -204,6 +207,7 @@ def test_text_format_constrains_the_output(client: openai.OpenAI) -> None:
         ({"input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
         ({"input": "hi", "max_output_tokens": 8192}, "max_output_tokens"),  # beyond the context's room
         ({"input": "hi", "truncation": "auto"}, "truncation"),
+        ({"input": "hi", "max_tool_calls": 0}, "max_tool_calls"),
         ({"input": "hi " * 9000}, "input"),  # beyond the context
     ],
 )

@@ -215,6 +215,9 @@ class ResponsesRequest(BaseModel):
     service_tier: str | None = None
     stream_options: dict[str, Any] | None = None
     truncation: Literal["disabled"] | None = None
+    # OpenAI's bound on calls to its built-in tools: this server runs none (a function call is the
+    # client's to run), so any bound holds; echoed in the response.
+    max_tool_calls: int | None = Field(default=None, ge=1)
     # Extensions, as on chat completions.
     cache_salt: UnicodeText | None = Field(default=None, min_length=1, max_length=1024)
     speculation: SpeculationOptions | None = None
@@ -224,7 +227,6 @@ class ResponsesRequest(BaseModel):
     # Not implemented: accepted at their neutral value only.
     prompt: Any = None
     background: bool | None = None  # made by the gateway's own task, fetched later (background.py)
-    max_tool_calls: int | None = None
     background_options: dict[str, Any] | None = None
     context_management: list[Any] | None = None
     moderation: dict[str, Any] | None = None
@@ -237,7 +239,6 @@ class ResponsesRequest(BaseModel):
 
     _check_unsupported = field_validator(
         "prompt",
-        "max_tool_calls",
         "background_options",
         "context_management",
         "moderation",

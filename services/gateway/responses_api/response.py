@@ -39,6 +39,7 @@ def response_body(
         "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
         "instructions": request.instructions,
         "max_output_tokens": request.max_output_tokens,
+        "max_tool_calls": request.max_tool_calls,
         "model": model,
         "output": output,
         "parallel_tool_calls": request.parallel_tool_calls is not False,
