@@ -123,9 +123,16 @@ class BatchJobs:
                 code="invalid_value",
                 param="input_file_id",
             )
-        job = BatchJob(f"batch_{uuid.uuid4().hex}", endpoint, input_file_id, metadata, int(time.time()))
-        job.output_expires_s = output_expires_s
-        job.expires_at = time.time() + self.window_s
+        now = time.time()
+        job = BatchJob(
+            f"batch_{uuid.uuid4().hex}",
+            endpoint,
+            input_file_id,
+            metadata,
+            int(now),
+            output_expires_s=output_expires_s,
+            expires_at=now + self.window_s,
+        )
         self._keep(job)
         job.task = asyncio.create_task(self._run(job, source.content, client))
         job.task.add_done_callback(lambda _: _settle(job))

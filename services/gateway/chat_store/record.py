@@ -36,10 +36,6 @@ class StoredChat:
     def id(self) -> str:
         return str(self.body["id"])
 
-    @property
-    def created(self) -> int:
-        return int(self.body["created"])
-
     def matches(self, model: str | None, metadata: Mapping[str, str]) -> bool:
         """Whether a list filtered by `model` (None: any) and these metadata pairs shows it."""
         if model is not None and self.body["model"] != model:

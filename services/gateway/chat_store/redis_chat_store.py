@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from treespec.gateway.chat_store.record import StoredChat
-from treespec.gateway.chat_store.store import ChatPage, ChatQuery, chat_not_found, select, start_after
+from treespec.gateway.chat_store.store import LIST_OWNER, ChatPage, ChatQuery, chat_not_found, select
+from treespec.gateway.responses_api.listing import start_after
 from treespec.gateway.responses_api.redis_link import LRU_FUNCTIONS, TIMEOUT_S, RedisLink
 from treespec.gateway.responses_api.redis_store import DEFAULT_TTL_S
 
@@ -27,15 +28,7 @@ _PUT = (
 redis.call('SET', KEYS[1], ARGV[2], 'EX', tonumber(ARGV[3]))
 use(KEYS[2], KEYS[3], ARGV[1])
 redis.call('ZADD', KEYS[4], 'NX', redis.call('GET', KEYS[3]), ARGV[1])
-local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[4])
-if over > 0 then
-  for _, old in ipairs(redis.call('ZRANGE', KEYS[2], 0, over - 1)) do
-    redis.call('DEL', ARGV[5] .. old)
-    redis.call('ZREM', KEYS[4], old)
-  end
-  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, over - 1)
-end
-return over
+for _, old in ipairs(trim(KEYS[2], tonumber(ARGV[4]), {ARGV[5]})) do redis.call('ZREM', KEYS[4], old) end
 """
 )
 
@@ -112,7 +105,7 @@ class RedisChatStore:
         made = _keys("")[3]
         raw: list[Any] = await self._link.call(client.zrange(made, 0, -1, desc=query.order == "desc"))
         ids = [i.decode() if isinstance(i, bytes) else str(i) for i in raw]
-        ids = ids[start_after(ids, query.after) :]
+        ids = ids[start_after(ids, query.after, LIST_OWNER) :]
         matched: list[StoredChat] = []
         for at in range(0, len(ids), READ_CHUNK):
             chunk = ids[at : at + READ_CHUNK]

@@ -11,13 +11,16 @@ in the order they were made.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from treespec.gateway.chat_store.record import StoredChat
 from treespec.gateway.errors import APIError
+from treespec.gateway.responses_api.listing import start_after
 from treespec.gateway.responses_api.lru_map import LruMap
+
+LIST_OWNER = "The stored chat completions"  # as a 400 about a list's `after` names them
 
 
 @dataclass(frozen=True)
@@ -72,9 +75,6 @@ class MemoryChatStore:
     def enabled(self) -> bool:
         return self.capacity > 0
 
-    def __len__(self) -> int:
-        return len(self._chats)
-
     async def put(self, chat: StoredChat) -> None:
         if self.enabled:
             self._chats.put(chat.id, (next(self._clock), chat))
@@ -101,23 +101,11 @@ class MemoryChatStore:
         ordered = [chat for _, chat in sorted(self._chats.values(), key=lambda entry: entry[0])]
         if query.order == "desc":
             ordered.reverse()
-        start = start_after([chat.id for chat in ordered], query.after)
+        start = start_after([chat.id for chat in ordered], query.after, LIST_OWNER)
         return select(ordered[start:], query)
 
     async def close(self) -> None:
         pass
-
-
-def start_after(ids: Sequence[str], after: str | None) -> int:
-    """Where a page starts in the ordered ids: just after `after` (a 400 when it is not stored)."""
-    if after is None:
-        return 0
-    try:
-        return ids.index(after) + 1
-    except ValueError:
-        raise APIError(
-            400, f"No stored chat completion with id '{after}'.", code="invalid_value", param="after"
-        ) from None
 
 
 def select(chats: Iterable[StoredChat], query: ChatQuery) -> ChatPage:

@@ -16,17 +16,25 @@ def page(
 ) -> dict[str, Any]:
     """`owner`: what holds the items, as an error about `after` names it."""
     ordered = list(reversed(items)) if order == "desc" else list(items)
-    start = 0
-    if after is not None:
-        ids = [item["id"] for item in ordered]
-        if after not in ids:
-            raise APIError(400, f"{owner} has no item with id '{after}'.", param="after")
-        start = ids.index(after) + 1
-    chosen = ordered[start : start + limit]
+    start = start_after([item["id"] for item in ordered], after, owner)
+    return list_object(ordered[start : start + limit], start + limit < len(ordered))
+
+
+def start_after(ids: Sequence[str], after: str | None, owner: str) -> int:
+    """Where a page starts among the ordered ids: just after `after` (a 400 when it is not there)."""
+    if after is None:
+        return 0
+    if after not in ids:
+        raise APIError(400, f"{owner} has no item with id '{after}'.", param="after")
+    return ids.index(after) + 1
+
+
+def list_object(chosen: Sequence[dict[str, Any]], has_more: bool) -> dict[str, Any]:
+    """A page as OpenAI answers one: its items, the first and last ids, whether more follow."""
     return {
         "object": "list",
-        "data": chosen,
+        "data": list(chosen),
         "first_id": chosen[0]["id"] if chosen else None,
         "last_id": chosen[-1]["id"] if chosen else None,
-        "has_more": start + limit < len(ordered),
+        "has_more": has_more,
     }

@@ -26,21 +26,21 @@ TIMEOUT_S = 2.0
 
 # Lua functions the stores' scripts start with: a ranking (a sorted set) of ids by last use, on a
 # counter of the store's own (not the replicas' clocks), and dropping the least recently used beyond
-# a capacity, with every key of theirs (one per prefix); a lookup that records the use, or drops
-# the rank of an id whose key has expired.
+# a capacity, with every key of theirs (one per prefix; it returns their ids); a lookup that records
+# the use, or drops the rank of an id whose key has expired.
 LRU_FUNCTIONS = """
 local function use(rank, clock, id)
   redis.call('ZADD', rank, redis.call('INCR', clock), id)
 end
 local function trim(rank, capacity, prefixes)
   local over = redis.call('ZCARD', rank) - capacity
-  if over > 0 then
-    for _, old in ipairs(redis.call('ZRANGE', rank, 0, over - 1)) do
-      for _, prefix in ipairs(prefixes) do redis.call('DEL', prefix .. old) end
-    end
-    redis.call('ZREMRANGEBYRANK', rank, 0, over - 1)
+  if over <= 0 then return {} end
+  local dropped = redis.call('ZRANGE', rank, 0, over - 1)
+  for _, old in ipairs(dropped) do
+    for _, prefix in ipairs(prefixes) do redis.call('DEL', prefix .. old) end
   end
-  return over
+  redis.call('ZREMRANGEBYRANK', rank, 0, over - 1)
+  return dropped
 end
 local function looked_up(key, rank, clock, id)
   local value = redis.call('GET', key)

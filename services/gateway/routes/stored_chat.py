@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from treespec.gateway.chat_store.store import ChatQuery
 from treespec.gateway.errors import APIError
-from treespec.gateway.responses_api.listing import MAX_PAGE, page
+from treespec.gateway.responses_api.listing import MAX_PAGE, list_object, page
 from treespec.gateway.schema_types import STRICT, Metadata
 from treespec.gateway.state import GatewayState, gateway_state
 
@@ -44,14 +44,7 @@ async def list_chats(
     """The stored completions in the order they were made (asc: oldest first)."""
     query = ChatQuery(limit, order, after, model, _metadata_filter(request))
     chosen = await state.chats.page(query)
-    bodies = [chat.body for chat in chosen.chats]
-    return {
-        "object": "list",
-        "data": bodies,
-        "first_id": bodies[0]["id"] if bodies else None,
-        "last_id": bodies[-1]["id"] if bodies else None,
-        "has_more": chosen.has_more,
-    }
+    return list_object([chat.body for chat in chosen.chats], chosen.has_more)
 
 
 @router.get("/v1/chat/completions/{completion_id}")
