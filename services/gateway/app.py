@@ -104,6 +104,7 @@ def create_app(
         max_upload_bytes=upload_limit(config),
     )
     app.add_middleware(RequestCounter, metrics=metrics)
+    config.cors.install(app)  # outermost: preflights answered before the API key is asked for
     # One server span per request: no span per ASGI message (a stream would get one per token).
     FastAPIInstrumentor.instrument_app(
         app, tracer_provider=provider, excluded_urls="/health,/metrics", exclude_spans=["receive", "send"]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from treespec.gateway.cors import CorsPolicy
 from treespec.gateway.reasoning_parsers import REASONING_PARSERS
+from treespec.gateway.sampling_defaults import SamplingDefaults
+from treespec.gateway.tls import TlsFiles
 from treespec.gateway.tool_parsers import TOOL_CALL_PARSERS
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
@@ -20,7 +23,9 @@ class GatewayConfig:
     verifier_addresses: tuple[str, ...]
     # The Hugging Face folder the verifier serves: the gateway loads its tokenizer and chat template.
     model_path: Path
-    served_model_name: str | None = None  # None: the model folder's name
+    # The names clients may call the model by (vLLM's several --served-model-name), the first the one
+    # it is listed and reported by; none: the model folder's name.
+    served_model_names: tuple[str, ...] = ()
     api_keys: tuple[str, ...] = ()  # empty: no authentication
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     host: str = "127.0.0.1"
@@ -48,6 +53,11 @@ class GatewayConfig:
     allow_auto_truncate: bool = False
     # The Files API's files (batch inputs and outputs), kept in memory: their total bytes at most.
     files_max_bytes: int = DEFAULT_FILES_MAX_BYTES
+    # What a request that leaves sampling fields out samples with (the model's generation_config.json).
+    sampling_defaults: SamplingDefaults = field(default_factory=SamplingDefaults)
+    # Which web pages may call the gateway from a browser (by default any, as in vLLM and SGLang).
+    cors: CorsPolicy = field(default_factory=CorsPolicy)
+    tls: TlsFiles | None = None  # HTTPS with these files; None: plain HTTP
 
     def __post_init__(self) -> None:
         if not self.verifier_addresses:
@@ -69,8 +79,12 @@ class GatewayConfig:
 
     @property
     def model_name(self) -> str:
-        return self.served_model_name or self.model_path.name
+        return self.model_names[0]
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        return self.served_model_names or (self.model_path.name,)
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"

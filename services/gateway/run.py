@@ -63,9 +63,12 @@ class GenerationRun:
         model (context length, vocabulary, a token limit the client set; `prompt_param` names the
         field a prompt error points at, `limit_param` the client's name for the body's token limit
         where the body was made from another request), plan the choices. Nothing is sent to the
-        verifier until `events` is iterated. `grammar_after`: a thinking model's end of reasoning,
+        verifier until `events` is iterated. The model's default sampling parameters fill the fields
+        the request leaves out (sampling_defaults.py). `grammar_after`: a thinking model's end of reasoning,
         after which the request's constraint holds ("": from the start). `prediction`: a predicted
         output's tokens, which every choice drafts from."""
+        defaults = state.config.sampling_defaults
+        body, token_limit = defaults.apply(body), defaults.token_limit(body, token_limit)
         info = await state.verifier.model_info()
         prompts = [truncated(p, body.truncate_prompt_tokens, info) for p in prompts]
         limit_param = _limit_param(body, limit_param, state.config.allow_auto_truncate)

@@ -23,7 +23,8 @@ class _Server(uvicorn.Server):
         await super().startup(sockets)
         if self.started:
             host, port = self.servers[0].sockets[0].getsockname()[:2]
-            log.info("gateway listening on http://%s:%d", host, port)
+            scheme = "https" if self.config.is_ssl else "http"
+            log.info("gateway listening on %s://%s:%d", scheme, host, port)
 
 
 def serve(config: GatewayConfig, *, tracer_provider: trace.TracerProvider | None = None) -> None:
@@ -36,5 +37,6 @@ def serve(config: GatewayConfig, *, tracer_provider: trace.TracerProvider | None
         http="httptools",
         log_level="info",
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        **(config.tls.uvicorn_options() if config.tls is not None else {}),
     )
     _Server(uvicorn_config).run()

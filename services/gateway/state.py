@@ -47,7 +47,7 @@ class GatewayState:
         return self.batches.files
 
     def check_model(self, model: str) -> None:
-        if model != self.config.model_name:
+        if model not in self.config.model_names:
             raise APIError(
                 404,
                 f"The model `{model}` does not exist or you do not have access to it.",

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from collections.abc import Callable
+from typing import Any
 
 
 def int_at_least(minimum: int) -> Callable[[str], int]:
@@ -54,4 +56,16 @@ def port(text: str) -> int:
     value = non_negative_int(text)
     if value > 65535:
         raise argparse.ArgumentTypeError(f"a port lies in 0..65535, got {value}")
+    return value
+
+
+def json_object(text: str, flag: str) -> dict[str, Any]:
+    """A flag's JSON object (vLLM's --speculative-config, --override-generation-config); a
+    ValueError naming `flag` for anything else."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{flag}: not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{flag}: expected a JSON object, got {type(value).__name__}")
     return value

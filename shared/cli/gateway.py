@@ -12,9 +12,12 @@ from treespec.gateway.config import (
     DEFAULT_RESPONSES_STORE_SIZE,
     DEFAULT_RESPONSES_STORE_TTL_S,
 )
+from treespec.gateway.cors import ANY, CorsPolicy, string_list
 from treespec.gateway.reasoning_parsers import REASONING_PARSERS
+from treespec.gateway.sampling_defaults import SamplingDefaults, load_sampling_defaults
+from treespec.gateway.tls import CERT_REQS, TlsFiles, tls_files
 from treespec.gateway.tool_parsers import TOOL_CALL_PARSERS
-from treespec.shared.cli.arg_types import non_negative_int, port, positive_int
+from treespec.shared.cli.arg_types import json_object, non_negative_int, port, positive_int
 from treespec.shared.model.store import models_dir, resolve_model_path
 
 
@@ -38,7 +41,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=port, default=8000, help="HTTP port (0: a free one, printed in the log)")
-    p.add_argument("--served-model-name", default=None, help="model name clients use (default: folder name)")
+    add_served_model_name_argument(p)
     p.add_argument(
         "--api-key", action="append", default=[], help="accepted API key (repeatable; default: no auth)"
     )
@@ -47,8 +50,114 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     add_reply_parser_arguments(p)
     add_chat_template_arguments(p)
+    add_sampling_defaults_arguments(p)
     add_responses_store_argument(p)
+    add_cors_arguments(p)
+    add_tls_arguments(p)
     p.set_defaults(handler=_run)
+
+
+def add_tls_arguments(p: argparse.ArgumentParser) -> None:
+    """vLLM's flags for HTTPS at the gateway itself."""
+    p.add_argument("--ssl-keyfile", type=Path, default=None, help="serve HTTPS: the private key (PEM)")
+    p.add_argument("--ssl-certfile", type=Path, default=None, help="... and its certificate chain (PEM)")
+    p.add_argument(
+        "--ssl-ca-certs", type=Path, default=None, help="the CAs client certificates must chain to (PEM)"
+    )
+    p.add_argument(
+        "--ssl-cert-reqs",
+        type=int,
+        choices=sorted(CERT_REQS),
+        default=0,
+        help="client certificates: 0, not asked for (the default); 1, optional; 2, required",
+    )
+
+
+def tls_settings(ns: argparse.Namespace) -> TlsFiles | None:
+    """The TLS files the flags name, loaded once to check them (a ValueError says what is wrong)."""
+    return tls_files(ns.ssl_keyfile, ns.ssl_certfile, ns.ssl_ca_certs, ns.ssl_cert_reqs)
+
+
+def add_served_model_name_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--served-model-name",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        help="the names clients may call the model by, the first the one it is listed and reported by "
+        "(vLLM's; default: the model folder's name)",
+    )
+
+
+def add_cors_arguments(p: argparse.ArgumentParser) -> None:
+    """vLLM's flags for cross-origin calls from browsers (by default any origin, as vLLM and SGLang)."""
+    for flag, what in (("origins", "origins"), ("methods", "HTTP methods"), ("headers", "request headers")):
+        p.add_argument(
+            f"--allowed-{flag}",
+            type=_string_list,
+            default=ANY,
+            metavar="JSON",
+            help=f"{what} a browser may call the gateway with from another origin, as a JSON list "
+            f'(default: ["*"], any; []: none)',
+        )
+    p.add_argument(
+        "--allow-credentials",
+        action="store_true",
+        help="let cross-origin calls carry cookies and HTTP authentication (default: not)",
+    )
+
+
+def cors_policy(ns: argparse.Namespace) -> CorsPolicy:
+    return CorsPolicy(ns.allowed_origins, ns.allowed_methods, ns.allowed_headers, ns.allow_credentials)
+
+
+def _string_list(text: str) -> tuple[str, ...]:
+    try:
+        return string_list(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_sampling_defaults_arguments(p: argparse.ArgumentParser) -> None:
+    """vLLM's flags for the sampling defaults of requests that leave them out (SGLang's
+    `--sampling-defaults model|openai` too)."""
+    p.add_argument(
+        "--generation-config",
+        default=None,
+        metavar="auto|vllm|FOLDER",
+        help="where requests' default sampling parameters come from (temperature, top_p, top_k, min_p, "
+        "repetition_penalty, max_new_tokens as the default token limit): auto, the model folder's "
+        "generation_config.json (the default, as in vLLM and SGLang); vllm, OpenAI's defaults; or "
+        "another folder's generation_config.json. A request's own fields always win",
+    )
+    p.add_argument(
+        "--sampling-defaults",
+        choices=("model", "openai"),
+        default=None,
+        help="SGLang's name for it: model (--generation-config auto) or openai (--generation-config vllm)",
+    )
+    p.add_argument(
+        "--override-generation-config",
+        default=None,
+        metavar="JSON",
+        help="defaults set on top of those, in generation_config.json's names, e.g. '{\"temperature\": 0.5}'",
+    )
+
+
+def generation_config_source(ns: argparse.Namespace) -> str:
+    """--generation-config, or what --sampling-defaults means; a ValueError where they disagree."""
+    alias = {"model": "auto", "openai": "vllm", None: None}[ns.sampling_defaults]
+    if ns.generation_config is not None and alias is not None and ns.generation_config != alias:
+        raise ValueError("--generation-config and --sampling-defaults disagree; give one of them")
+    return ns.generation_config or alias or "auto"
+
+
+def sampling_defaults(ns: argparse.Namespace, model_path: Path) -> SamplingDefaults:
+    """The defaults the flags ask for, read and checked (a ValueError says what is wrong)."""
+    source = generation_config_source(ns)
+    text = ns.override_generation_config
+    overrides = None if text is None else json_object(text, "--override-generation-config")
+    return load_sampling_defaults(source, model_path, overrides)
 
 
 def add_chat_template_arguments(p: argparse.ArgumentParser) -> None:
@@ -153,16 +262,19 @@ def _run(ns: argparse.Namespace) -> int:
     from treespec.shared.telemetry.tracing import build_tracer_provider, install_tracer_provider
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    model_path = Path(resolve_model_path(ns.model_path, models_dir()))
     try:
         parser = tool_call_parser(ns)
         template = chat_template(ns)
+        defaults = sampling_defaults(ns, model_path)
+        tls = tls_settings(ns)
     except ValueError as exc:
         print(f"treespec gateway: error: {exc}", file=sys.stderr)
         return 2
     config = GatewayConfig(
         verifier_addresses=tuple(a.strip() for a in ns.verifier_address.split(",") if a.strip()),
-        model_path=Path(resolve_model_path(ns.model_path, models_dir())),
-        served_model_name=ns.served_model_name,
+        model_path=model_path,
+        served_model_names=tuple(ns.served_model_name),
         api_keys=tuple(ns.api_key),
         max_body_bytes=ns.max_body_bytes,
         host=ns.host,
@@ -176,6 +288,9 @@ def _run(ns: argparse.Namespace) -> int:
         chat_template=template,
         trust_request_chat_template=ns.trust_request_chat_template,
         allow_auto_truncate=ns.allow_auto_truncate,
+        sampling_defaults=defaults,
+        cors=cors_policy(ns),
+        tls=tls,
     )
     provider = build_tracer_provider("treespec-gateway")
     install_tracer_provider(provider)

@@ -25,12 +25,20 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     p.add_argument("target", metavar="HOST:PORT|URL", help="a gRPC address, or an http(s):// URL")
     p.add_argument("--timeout", type=positive_float, default=2.0, metavar="SECONDS")
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="https: do not check the gateway's certificate (a self-signed one, or one for another name)",
+    )
     p.set_defaults(handler=_run)
 
 
 def _run(ns: argparse.Namespace) -> int:
-    probe = http_ok if ns.target.startswith(HTTP_SCHEMES) else grpc_serving
-    if probe(ns.target, ns.timeout):
+    if ns.target.startswith(HTTP_SCHEMES):
+        serving = http_ok(ns.target, ns.timeout, verify=not ns.insecure)
+    else:
+        serving = grpc_serving(ns.target, ns.timeout)
+    if serving:
         print(f"{ns.target}: serving")
         return 0
     print(f"{ns.target}: not serving", file=sys.stderr)

@@ -17,13 +17,23 @@ from treespec.gateway.config import (
     DEFAULT_RESPONSES_STORE_SIZE,
     DEFAULT_RESPONSES_STORE_TTL_S,
 )
+from treespec.gateway.cors import ANY, CorsPolicy
+from treespec.gateway.tls import TlsFiles
 from treespec.shared.cli.arg_types import port, positive_int
 from treespec.shared.cli.engine_flags import EngineFlags, add_engine_arguments
 from treespec.shared.cli.gateway import (
     add_chat_template_arguments,
+    add_cors_arguments,
     add_reply_parser_arguments,
     add_responses_store_argument,
+    add_sampling_defaults_arguments,
+    add_served_model_name_argument,
+    add_tls_arguments,
     chat_template,
+    cors_policy,
+    generation_config_source,
+    sampling_defaults,
+    tls_settings,
     tool_call_parser,
 )
 from treespec.shared.cli.ngram_flags import option_arguments
@@ -32,7 +42,7 @@ from treespec.shared.cli.speculation_flags import add_budget_arguments, default_
 from treespec.shared.cli.speculative_config import add_speculative_config_argument
 from treespec.shared.cli.verifier import add_profile_argument, colocation_device_problem
 from treespec.shared.launcher.colocation_paths import DRAFT_SOCKET_NAME, SOCKET_NAME, local_address
-from treespec.shared.launcher.health import grpc_serving, http_ok
+from treespec.shared.launcher.health import grpc_serving, http_ok, tcp_open
 from treespec.shared.launcher.ports import free_ports, taken_ports
 from treespec.shared.launcher.process import ServiceProcess
 from treespec.shared.launcher.shared_cores import shared_core_env
@@ -63,7 +73,7 @@ class ServeConfig:
     num_draft_tokens: int
     draft_deadline_ms: int
     api_keys: tuple[str, ...]
-    served_model_name: str | None
+    served_model_names: tuple[str, ...]  # the first is the verifier's; the gateway answers to each
     verifier_metrics_port: int | None
     drafter_options: dict[str, Any] = field(default_factory=dict)  # plugin options (NGRAM flags)
     engine: EngineFlags = field(default_factory=EngineFlags)  # the verifier's engine flags
@@ -77,6 +87,10 @@ class ServeConfig:
     chat_template: str | None = None  # the gateway's --chat-template (a file or the template)
     trust_request_chat_template: bool = False
     allow_auto_truncate: bool = False
+    generation_config: str = "auto"  # the gateway's --generation-config
+    override_generation_config: str | None = None  # ... and --override-generation-config
+    cors: CorsPolicy = field(default_factory=CorsPolicy)  # the gateway's cross-origin flags
+    tls: TlsFiles | None = None  # the gateway's HTTPS files (None: plain HTTP)
     node_cost: float | None = None  # None: the verifier measures it
     tree_cost: float | None = None  # with node_cost only
     # For COLOCATED_ALGORITHMS: the verifier's co-location socket, in a private (0700) directory.
@@ -104,7 +118,7 @@ class ServeConfig:
             num_draft_tokens=budget.num_draft_tokens,
             draft_deadline_ms=default_deadline_ms(algorithm),
             api_keys=(),
-            served_model_name=None,
+            served_model_names=(),
             verifier_metrics_port=None,
         )
         if not overrides.get("drafter_in_process"):
@@ -121,7 +135,7 @@ class ServeConfig:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     def listen_addresses(self) -> list[tuple[str, int]]:
         """Where the stack's services listen over TCP (the gateway, the verifier and its metrics, a
@@ -161,7 +175,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def add_serve_arguments(p: argparse.ArgumentParser, listening: bool = True) -> None:
     """The all-in-one stack's flags; without `listening`, none of its addresses (they are free
-    loopback ports) nor API keys (a stack of the command's own, as `run-batch` starts)."""
+    loopback ports), API keys or cross-origin flags (a stack of the command's own, as `run-batch`
+    starts)."""
     p.add_argument("--model-path", help="HF model directory (default: the bundled SmolLM2-135M-Instruct)")
     if listening:
         p.add_argument("--host", default="127.0.0.1", help="gateway host")
@@ -175,6 +190,8 @@ def add_serve_arguments(p: argparse.ArgumentParser, listening: bool = True) -> N
     else:
         p.set_defaults(host="127.0.0.1", port=None, verifier_port=None, drafter_port=None)
         p.set_defaults(verifier_metrics_port=None, api_key=[])
+        p.set_defaults(allowed_origins=ANY, allowed_methods=ANY, allowed_headers=ANY, allow_credentials=False)
+        p.set_defaults(ssl_keyfile=None, ssl_certfile=None, ssl_ca_certs=None, ssl_cert_reqs=0)
     p.add_argument(
         "--speculative-algorithm", default=DEFAULT_ALGORITHM, help="drafter to run (NONE: plain decoding)"
     )
@@ -194,13 +211,17 @@ def add_serve_arguments(p: argparse.ArgumentParser, listening: bool = True) -> N
         "round trip between the two (on a CPU of a few cores they also stop taking turns on them); "
         "the drafter then neither restarts nor scales on its own",
     )
-    p.add_argument("--served-model-name", default=None)
+    add_served_model_name_argument(p)
     add_engine_arguments(p)
     add_profile_argument(p)
     add_reply_parser_arguments(p)
     add_chat_template_arguments(p)
+    add_sampling_defaults_arguments(p)
     add_responses_store_argument(p)
     add_plugin_arguments(p)
+    if listening:
+        add_cors_arguments(p)
+        add_tls_arguments(p)
 
 
 class ServeFlagsError(ValueError):
@@ -228,6 +249,9 @@ def serve_config(ns: argparse.Namespace) -> ServeConfig:
         budget = resolve_budget(ns, ns.speculative_algorithm, options)
         parser = tool_call_parser(ns)
         chat_template(ns)  # a template that cannot work stops serve before anything starts
+        model_path = resolve_model_path(ns.model_path, models_dir())
+        sampling_defaults(ns, model_path)  # as do sampling defaults that cannot be read
+        tls = tls_settings(ns)  # and TLS files that do not load
         colocated = ns.speculative_algorithm.lower() in COLOCATED_ALGORITHMS and not ns.drafter_in_process
         device_problem = colocation_device_problem(ns.device) if colocated else None
         if device_problem is not None:
@@ -236,7 +260,7 @@ def serve_config(ns: argparse.Namespace) -> ServeConfig:
         raise ServeFlagsError(str(exc)) from exc
     spare = free_ports(3)  # distinct, for the ports left unset
     return ServeConfig(
-        model_path=resolve_model_path(ns.model_path, models_dir()),
+        model_path=model_path,
         host=ns.host,
         port=ns.port or spare[0],
         verifier_port=ns.verifier_port or spare[1],
@@ -247,7 +271,7 @@ def serve_config(ns: argparse.Namespace) -> ServeConfig:
         num_draft_tokens=budget.num_draft_tokens,
         draft_deadline_ms=ns.draft_deadline_ms or default_deadline_ms(ns.speculative_algorithm),
         api_keys=tuple(ns.api_key),
-        served_model_name=ns.served_model_name,
+        served_model_names=tuple(ns.served_model_name),
         verifier_metrics_port=ns.verifier_metrics_port,
         engine=EngineFlags.of(ns),
         profile_dir=ns.profile_dir,
@@ -260,6 +284,10 @@ def serve_config(ns: argparse.Namespace) -> ServeConfig:
         chat_template=ns.chat_template,
         trust_request_chat_template=ns.trust_request_chat_template,
         allow_auto_truncate=ns.allow_auto_truncate,
+        generation_config=generation_config_source(ns),
+        override_generation_config=ns.override_generation_config,
+        cors=cors_policy(ns),
+        tls=tls,
         drafter_options=options,
         node_cost=budget.node_cost,
         tree_cost=budget.tree_cost,
@@ -313,8 +341,8 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
         verifier += ["--speculative-algorithm", "NONE"]
     if c.verifier_metrics_port is not None:
         verifier += ["--metrics-port", str(c.verifier_metrics_port)]
-    if c.served_model_name:
-        verifier += ["--served-model-name", c.served_model_name]
+    if c.served_model_names:
+        verifier += ["--served-model-name", c.served_model_names[0]]
     verifier += c.engine.argv()
     if c.profile_dir is not None:
         verifier += ["--profile-dir", str(c.profile_dir)]
@@ -338,8 +366,8 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
     ]
     for key in c.api_keys:
         gateway += ["--api-key", key]
-    if c.served_model_name:
-        gateway += ["--served-model-name", c.served_model_name]
+    if c.served_model_names:
+        gateway += ["--served-model-name", *c.served_model_names]
     if c.tool_call_parser is not None:
         gateway += ["--tool-call-parser", c.tool_call_parser]
     if c.reasoning_parser is not None:
@@ -352,8 +380,23 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
         gateway += ["--trust-request-chat-template"]
     if c.allow_auto_truncate:
         gateway += ["--allow-auto-truncate"]
+    gateway += ["--generation-config", c.generation_config]
+    if c.override_generation_config is not None:
+        gateway += ["--override-generation-config", c.override_generation_config]
+    gateway += c.cors.argv()
+    if c.tls is not None:
+        gateway += c.tls.argv()
     if c.responses_store_url is not None:
         gateway += ["--responses-store-url", c.responses_store_url]
         gateway += ["--responses-store-ttl", str(c.responses_store_ttl_s)]
-    out.append(ServiceProcess("gateway", gateway, lambda: http_ok(f"{c.url}/health")))
+    out.append(ServiceProcess("gateway", gateway, lambda: _gateway_ready(c)))
     return out
+
+
+def _gateway_ready(c: ServeConfig) -> bool:
+    """Its /health answers 200; over HTTPS (whose certificate may not name this address, and which
+    may ask for a client certificate) its port accepts connections: uvicorn binds it once the app has
+    started, and the verifier was ready before the gateway started."""
+    if c.tls is None:
+        return http_ok(f"{c.url}/health")
+    return tcp_open(c.host, c.port)

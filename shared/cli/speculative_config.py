@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from treespec.shared.cli.arg_types import json_object
 from treespec.shared.cli.speculation_flags import default_budget
 from treespec.shared.model.config import SUPPORTED_ARCHITECTURES
 
@@ -141,12 +142,9 @@ def _find(args: list[str]) -> tuple[int, int, str] | None:
 
 def _parse(value: str) -> dict[str, Any]:
     try:
-        config = json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise SpeculativeConfigError(f"{FLAG}: not valid JSON ({exc})") from exc
-    if not isinstance(config, dict):
-        raise SpeculativeConfigError(f"{FLAG}: expected a JSON object, got {type(config).__name__}")
-    return config
+        return json_object(value, FLAG)
+    except ValueError as exc:
+        raise SpeculativeConfigError(str(exc)) from exc
 
 
 def _check_lossless(config: Mapping[str, Any]) -> None:

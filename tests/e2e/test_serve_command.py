@@ -17,6 +17,7 @@ import psutil
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
+from tests.tls_files import write_tls_files
 from treespec.shared.launcher.ports import free_port
 
 pytestmark = pytest.mark.slow
@@ -175,6 +176,37 @@ def test_a_dying_drafter_is_restarted_and_costs_no_request(serve: tuple[subproce
     assert process.wait(timeout=60) == 0
     _, alive = psutil.wait_procs(services, timeout=10)
     assert not alive
+
+
+def test_serve_over_https(smollm_path: Path, tmp_path: Path) -> None:
+    """vLLM's --ssl-* flags through serve: it waits for its gateway's HTTPS port (whose certificate
+    names this address and which asks for a client certificate), prints an https URL, and the
+    `openai` client with the test CA's certificates is answered."""
+    files = write_tls_files(tmp_path)
+    port = free_port()
+    args = ["serve", "--model-path", str(smollm_path), "--port", str(port), "--speculative-algorithm", "NONE"]
+    args += ["--verifier-port", str(free_port()), *files.server_flags()]
+    args += ["--ssl-ca-certs", str(files.ca_pem), "--ssl-cert-reqs", "2"]
+    command = [sys.executable, "-m", "treespec.shared.cli.main", *args]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as process:
+        try:
+            assert process.stdout is not None
+            url = f"https://127.0.0.1:{port}/v1"
+            assert any(url in line for line in process.stdout), f"serve exited with {process.wait()}"
+            http_client = openai.DefaultHttpxClient(verify=files.client_context())
+            client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, http_client=http_client)
+            reply = client.chat.completions.create(
+                model=client.models.list().data[0].id,
+                messages=[{"role": "user", "content": "Say hello."}],
+                max_tokens=4,
+                temperature=0,
+            )
+            assert reply.choices[0].message.content
+            process.send_signal(signal.SIGINT)
+            assert process.wait(timeout=60) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
 
 
 def test_a_vllm_draft_model_config_serves_with_a_standalone_draft_model(smollm_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""GET /v1/models and GET /v1/models/{model}: the one model this gateway serves."""
+"""GET /v1/models and GET /v1/models/{model}: the one model this gateway serves, under each of its
+names."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ router = APIRouter()
 
 @router.get("/v1/models")
 async def list_models(state: Annotated[GatewayState, Depends(gateway_state)]) -> ModelList:
-    return ModelList(data=[await _card(state)])
+    """A card per name the model is served by (vLLM's several --served-model-name), the first first."""
+    context_length = await _context_length(state)
+    return ModelList(data=[_card(state, name, context_length) for name in state.config.model_names])
 
 
 # `:path`: a served model name may hold a slash ("HuggingFaceTB/SmolLM2-135M-Instruct").
@@ -23,12 +26,15 @@ async def list_models(state: Annotated[GatewayState, Depends(gateway_state)]) ->
 async def retrieve_model(model: str, state: Annotated[GatewayState, Depends(gateway_state)]) -> ModelCard:
     """The model's entry of the list; another name is a 404 model_not_found, as generation answers it."""
     state.check_model(model)
-    return await _card(state)
+    return _card(state, model, await _context_length(state))
 
 
-async def _card(state: GatewayState) -> ModelCard:
+async def _context_length(state: GatewayState) -> int | None:
     try:
-        context_length: int | None = (await state.verifier.model_info()).context_length
+        return (await state.verifier.model_info()).context_length
     except APIError:  # the verifier is down: the model is still the one configured
-        context_length = None
-    return ModelCard(id=state.config.model_name, created=state.started, max_model_len=context_length)
+        return None
+
+
+def _card(state: GatewayState, name: str, context_length: int | None) -> ModelCard:
+    return ModelCard(id=name, created=state.started, max_model_len=context_length)

@@ -47,7 +47,8 @@ async def model_info(state: Annotated[GatewayState, Depends(gateway_state)]) -> 
         "model_path": str(state.config.model_path),
         "tokenizer_path": str(state.config.model_path),
         "is_generation": True,
-        "preferred_sampling_params": None,
+        # The defaults a request's own fields override (sampling_defaults.py); None: OpenAI's.
+        "preferred_sampling_params": state.config.sampling_defaults.as_request_fields() or None,
         "weight_version": "default",
         "has_image_understanding": False,
         "has_audio_understanding": False,
