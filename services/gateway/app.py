@@ -12,8 +12,11 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
 from prometheus_client import CollectorRegistry
 
-from treespec.gateway.batch_api.files import FileStore
+from treespec.gateway.batch_api.book import BatchBook, LocalBook
+from treespec.gateway.batch_api.files import FileStore, MemoryFileStore
 from treespec.gateway.batch_api.jobs import BatchJobs
+from treespec.gateway.batch_api.redis_batches import RedisBatchBook
+from treespec.gateway.batch_api.redis_files import RedisFileStore
 from treespec.gateway.chat_store.redis_chat_store import RedisChatStore
 from treespec.gateway.chat_store.store import ChatStore, MemoryChatStore
 from treespec.gateway.config import GatewayConfig
@@ -55,7 +58,7 @@ def create_app(
     responses = response_store(config)
     conversations = conversation_store(config)
     background = BackgroundResponses(shared=event_streams(config))
-    batches = BatchJobs(FileStore(config.files_max_bytes))
+    batches = BatchJobs(file_store(config), batch_book(config))
     chats = chat_store(config)
 
     @asynccontextmanager
@@ -73,10 +76,12 @@ def create_app(
         warm_up = asyncio.create_task(_warm_up(verifier))
         # Other replicas' orders about the background responses this one makes (a shared store).
         orders = asyncio.create_task(background.follow(responses.orders())) if responses.shared else None
+        # ... and about the batches this one runs.
+        batch_orders = asyncio.create_task(batches.follow()) if batches.book.shared else None
         try:
             yield
         finally:
-            await _stop(warm_up, orders)
+            await _stop(warm_up, orders, batch_orders)
             await batches.close()
             await background.close()
             await responses.close()
@@ -165,6 +170,20 @@ def conversation_store(config: GatewayConfig) -> ConversationStore:
     if url is not None:
         return RedisConversationStore(url, size, config.responses_store_ttl_s)
     return MemoryConversationStore(size)
+
+
+def file_store(config: GatewayConfig) -> FileStore:
+    """Where the Files API's files are kept: beside the responses."""
+    if config.responses_store_url is not None:
+        return RedisFileStore(config.responses_store_url, config.files_max_bytes)
+    return MemoryFileStore(config.files_max_bytes)
+
+
+def batch_book(config: GatewayConfig) -> BatchBook:
+    """Where batches are told to the other replicas: beside the responses (none in memory)."""
+    if config.responses_store_url is not None:
+        return RedisBatchBook(config.responses_store_url, config.responses_store_ttl_s)
+    return LocalBook()
 
 
 def chat_store(config: GatewayConfig) -> ChatStore:

@@ -51,7 +51,7 @@ class GatewayConfig:
     # A token limit the client set beyond the context's room after the prompt: cut to that room
     # (SGLang's --allow-auto-truncate); by default a 400, as vLLM and SGLang answer.
     allow_auto_truncate: bool = False
-    # The Files API's files (batch inputs and outputs), kept in memory: their total bytes at most.
+    # The Files API's files (batch inputs and outputs; beside the responses): their total bytes at most.
     files_max_bytes: int = DEFAULT_FILES_MAX_BYTES
     # What a request that leaves sampling fields out samples with (the model's generation_config.json).
     sampling_defaults: SamplingDefaults = field(default_factory=SamplingDefaults)

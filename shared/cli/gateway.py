@@ -202,8 +202,8 @@ def add_responses_store_argument(p: argparse.ArgumentParser) -> None:
         "--responses-store-url",
         default=None,
         metavar="URL",
-        help="keep them (responses, conversations, stored chat completions) in Redis "
-        "(redis://host:6379/0), shared by every gateway replica "
+        help="keep them (responses, conversations, stored chat completions), and the Files and Batch "
+        "APIs' files and batches, in Redis (redis://host:6379/0), shared by every gateway replica "
         "(default: in the gateway's memory)",
     )
     p.add_argument(
@@ -219,8 +219,8 @@ def add_responses_store_argument(p: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=DEFAULT_FILES_MAX_BYTES,
         metavar="BYTES",
-        help="the Files API's files (batch inputs and outputs, kept in the gateway's memory): their "
-        f"total size at most (default: {DEFAULT_FILES_MAX_BYTES >> 20} MiB)",
+        help="the Files API's files (batch inputs and outputs, in the gateway's memory or beside the "
+        f"responses in Redis): their total size at most (default: {DEFAULT_FILES_MAX_BYTES >> 20} MiB)",
     )
 
 

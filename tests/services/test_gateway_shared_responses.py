@@ -18,6 +18,7 @@ import pytest
 
 from tests.redis_server import RedisServer
 from tests.services.gateway_stack import KEY, Service, start_gateway
+from tests.services.test_gateway_batches import _chat_line, _lines, _upload, _wait
 from tests.services.test_gateway_stored_responses import (
     GREEDY,
     _poll,
@@ -181,6 +182,33 @@ def test_a_streamed_background_response_is_followed_and_cancelled_on_the_other_r
 
 def _streamed(client: openai.OpenAI, **fields: Any) -> Any:
     return client.responses.create(background=True, stream=True, **cast(Any, {**GREEDY, **fields}))
+
+
+def test_a_batch_s_file_and_batch_are_shared_by_the_replicas(
+    replicas: tuple[openai.OpenAI, openai.OpenAI],
+) -> None:
+    """OpenAI's Files and Batch APIs beside the responses: a file uploaded to one replica feeds a
+    batch created on the other, which both list and poll; its output is read on the first; a batch
+    is cancelled from the replica that does not run it; the file deleted on one is gone on both."""
+    a, b = replicas
+    lines = [_chat_line(f"q{i}", f"Name a colour, {i}.") for i in range(2)]
+    input_id = _upload(a, lines)
+    assert b.files.retrieve(input_id).bytes == a.files.retrieve(input_id).bytes
+    batch = b.batches.create(input_file_id=input_id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert batch.id in [x.id for x in a.batches.list(limit=100)]
+    done = _wait(a, batch.id, ("completed",))
+    assert done.request_counts is not None and done.request_counts.completed == 2
+    assert [line["custom_id"] for line in _lines(a, done.output_file_id)] == ["q0", "q1"]
+    long_lines = [_chat_line(f"l{i}", "Tell a long story.", max_tokens=200) for i in range(64)]
+    running = b.batches.create(
+        input_file_id=_upload(b, long_lines), endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    assert a.batches.cancel(running.id).status == "cancelling"
+    cancelled = _wait(b, running.id, ("cancelled",))
+    assert cancelled.request_counts is not None and cancelled.request_counts.completed < 64
+    a.files.delete(input_id)
+    with pytest.raises(openai.NotFoundError):
+        b.files.retrieve(input_id)
 
 
 # Last: the replicas' order listeners subscribe again only a moment after Redis is back.

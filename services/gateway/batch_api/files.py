@@ -1,15 +1,18 @@
-"""OpenAI's Files API, for the Batch API's input and output files: files kept in the gateway's memory,
-under a bound on their total bytes (`--files-max-bytes`; a file that would pass it is a 413, as is
-one larger than it alone). Kept until deleted, until they expire (batch_api/expiry.py: gone from
-every read, list and bound once their `expires_at` has passed), or until the gateway stops: a
-replica's files are its own (the Batch API reads them from the replica that holds them)."""
+"""OpenAI's Files API, for the Batch API's input and output files, under a bound on their total bytes
+(`--files-max-bytes`; a file that would pass it is a 413, as is one larger than it alone). Kept until
+deleted or until they expire (batch_api/expiry.py: gone from every read, list and bound once their
+`expires_at` has passed). Two stores: the gateway's memory (`MemoryFileStore`, a replica's own, gone
+when it stops) and Redis beside the stored responses (redis_files.py: shared by every replica, kept
+across restarts)."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from treespec.gateway.errors import APIError
@@ -21,18 +24,28 @@ OUTPUT_PURPOSE = "batch_output"
 
 @dataclass(frozen=True)
 class StoredFile:
+    """A file's description; its bytes are read apart (`FileStore.content`)."""
+
     id: str
     filename: str
     purpose: str
-    content: bytes
+    size: int  # bytes
     created_at: int
     expires_at: int | None = None  # None: kept until deleted
+
+    @classmethod
+    def new(
+        cls, filename: str, purpose: str, size: int, now: float, expires_after_s: int | None
+    ) -> StoredFile:
+        created = int(now)
+        expires_at = None if expires_after_s is None else created + expires_after_s
+        return cls(f"file-{uuid.uuid4().hex}", filename, purpose, size, created, expires_at)
 
     def body(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "object": "file",
-            "bytes": len(self.content),
+            "bytes": self.size,
             "created_at": self.created_at,
             "filename": self.filename,
             "purpose": self.purpose,
@@ -41,57 +54,133 @@ class StoredFile:
             "status_details": None,
         }
 
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
 
-@dataclass
-class FileStore:
-    max_bytes: int
-    clock: Callable[[], float] = time.time
-    _files: dict[str, StoredFile] = field(default_factory=dict)  # in upload order
-    _bytes: int = 0
+    @classmethod
+    def from_json(cls, text: str | bytes) -> StoredFile:
+        return cls(**json.loads(text))
 
-    def add(
+
+class FileStore(ABC):
+    """Files under `max_bytes` in all; `clock` tells when they expire."""
+
+    def __init__(self, max_bytes: int, clock: Callable[[], float] = time.time) -> None:
+        self.max_bytes = max_bytes
+        self.clock = clock
+
+    @property
+    def shared(self) -> bool:
+        """Whether every replica reads the same files."""
+        return False
+
+    @abstractmethod
+    async def add(
         self, filename: str, purpose: str, content: bytes, expires_after_s: int | None = None
     ) -> StoredFile:
-        """A new file, kept `expires_after_s` seconds (None: until deleted)."""
+        """A new file, kept `expires_after_s` seconds (None: until deleted); a 413 when it does not fit."""
+
+    @abstractmethod
+    async def find(self, file_id: str) -> StoredFile | None: ...
+
+    @abstractmethod
+    async def read(self, file_id: str) -> bytes | None:
+        """The file's bytes; None when there is no such file."""
+
+    @abstractmethod
+    async def remove(self, file_id: str) -> bool:
+        """Whether there was such a file (now gone)."""
+
+    @abstractmethod
+    async def listed(self, purpose: str | None) -> list[dict[str, Any]]:
+        """Every file's object (of `purpose`, if given), oldest first."""
+
+    async def close(self) -> None:
+        return None
+
+    async def get(self, file_id: str) -> StoredFile:
+        stored = await self.find(file_id)
+        if stored is None:
+            raise not_found(file_id)
+        return stored
+
+    async def content(self, file_id: str) -> bytes:
+        content = await self.read(file_id)
+        if content is None:
+            raise not_found(file_id)
+        return content
+
+    async def delete(self, file_id: str) -> None:
+        if not await self.remove(file_id):
+            raise not_found(file_id)
+
+    def too_large(self, size: int, held: int) -> APIError:
+        return APIError(
+            413,
+            f"The file ({size} bytes) does not fit: this server keeps at most {self.max_bytes} bytes of"
+            f" files and holds {held} (--files-max-bytes). Delete files you no longer need.",
+            code="file_too_large",
+        )
+
+
+def not_found(file_id: str) -> APIError:
+    return APIError(404, f"No such File object: {file_id}", code="not_found", param="file_id")
+
+
+@dataclass
+class _Held:
+    file: StoredFile
+    content: bytes
+
+
+class MemoryFileStore(FileStore):
+    """A replica's own files, in its memory."""
+
+    def __init__(self, max_bytes: int, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(max_bytes, clock)
+        self._files: dict[str, _Held] = {}  # in upload order
+        self._bytes = 0
+
+    async def add(
+        self, filename: str, purpose: str, content: bytes, expires_after_s: int | None = None
+    ) -> StoredFile:
         self._sweep()
         if self._bytes + len(content) > self.max_bytes:
-            raise APIError(
-                413,
-                f"The file ({len(content)} bytes) does not fit: this server keeps at most {self.max_bytes}"
-                f" bytes of files and holds {self._bytes} (--files-max-bytes). Delete files you no longer"
-                " need.",
-                code="file_too_large",
-            )
-        now = int(self.clock())
-        expires_at = None if expires_after_s is None else now + expires_after_s
-        stored = StoredFile(f"file-{uuid.uuid4().hex}", filename, purpose, content, now, expires_at)
-        self._files[stored.id] = stored
+            raise self.too_large(len(content), self._bytes)
+        stored = StoredFile.new(filename, purpose, len(content), self.clock(), expires_after_s)
+        self._files[stored.id] = _Held(stored, content)
         self._bytes += len(content)
         return stored
 
-    def find(self, file_id: str) -> StoredFile | None:
+    async def find(self, file_id: str) -> StoredFile | None:
+        held = self._held(file_id)
+        return None if held is None else held.file
+
+    async def read(self, file_id: str) -> bytes | None:
+        held = self._held(file_id)
+        return None if held is None else held.content
+
+    async def remove(self, file_id: str) -> bool:
+        held = self._held(file_id)
+        if held is not None:
+            self._drop(held.file)
+        return held is not None
+
+    async def listed(self, purpose: str | None) -> list[dict[str, Any]]:
+        self._sweep()
+        return [h.file.body() for h in self._files.values() if purpose is None or h.file.purpose == purpose]
+
+    def _held(self, file_id: str) -> _Held | None:
         self._sweep()
         return self._files.get(file_id)
-
-    def get(self, file_id: str) -> StoredFile:
-        stored = self.find(file_id)
-        if stored is None:
-            raise APIError(404, f"No such File object: {file_id}", code="not_found", param="file_id")
-        return stored
-
-    def delete(self, file_id: str) -> None:
-        stored = self.get(file_id)
-        del self._files[file_id]
-        self._bytes -= len(stored.content)
-
-    def listed(self, purpose: str | None) -> list[dict[str, Any]]:
-        """Every file's object (of `purpose`, if given), oldest first."""
-        self._sweep()
-        return [f.body() for f in self._files.values() if purpose is None or f.purpose == purpose]
 
     def _sweep(self) -> None:
         """Drop the files whose time has come."""
         now = self.clock()
-        for stored in [f for f in self._files.values() if f.expires_at is not None and f.expires_at <= now]:
-            del self._files[stored.id]
-            self._bytes -= len(stored.content)
+        for held in [h for h in self._files.values() if h.file.expires_at is not None]:
+            if held.file.expires_at is not None and held.file.expires_at <= now:
+                self._drop(held.file)
+
+    def _drop(self, stored: StoredFile) -> None:
+        del self._files[stored.id]
+        self._bytes -= stored.size

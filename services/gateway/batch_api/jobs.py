@@ -6,8 +6,10 @@ in its lines' order. Its status goes validating -> in_progress -> finalizing -> 
 when the input cannot be read at all); a cancelled batch stops its requests in flight and writes
 what had ended (cancelling -> cancelled). One still running when its completion window (24 hours)
 ends stops too: expired, its answered requests written as always and the others to the error file
-as `batch_expired`. The batches live in the gateway's memory, as its files do;
-the newest `MAX_KEPT` are kept."""
+as `batch_expired`. A batch runs in the replica that created it, which keeps the newest `MAX_KEPT`;
+with a shared store (book.py, redis_batches.py) it tells every status and its counts there (at least
+every `REPORT_S` seconds while it runs), so every replica reads, lists and cancels it (the running
+replica hears the order); one whose replica is gone shows as expired once its window has ended."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from treespec.gateway.batch_api.book import BatchBook, LocalBook
 from treespec.gateway.batch_api.files import OUTPUT_PURPOSE, FileStore
 from treespec.gateway.batch_file import LineError, parse_line, unsent
 from treespec.gateway.batch_runner import BatchSummary, json_line, send_lines, succeeded
@@ -36,6 +39,9 @@ COMPLETION_WINDOW = "24h"
 WINDOW_S = 24 * 3600
 EXPIRED_MESSAGE = "This request could not be executed before the completion window expired."
 UNFINISHED = ("validating", "in_progress", "finalizing", "cancelling")
+CANCELLABLE = ("validating", "in_progress")
+REPORT_S = 1.0  # a running batch's counts are told to the other replicas this often
+STALE_S = 60.0  # unfinished this long after its window ended: its replica is gone, the batch expired
 
 ClientFactory = Callable[[], httpx.AsyncClient]
 
@@ -96,10 +102,12 @@ class BatchJob:
 @dataclass
 class BatchJobs:
     files: FileStore
+    book: BatchBook = field(default_factory=LocalBook)  # where the other replicas learn of batches
     window_s: float = WINDOW_S  # a batch's completion window
-    _jobs: OrderedDict[str, BatchJob] = field(default_factory=OrderedDict)
+    _jobs: OrderedDict[str, BatchJob] = field(default_factory=OrderedDict)  # those made here
+    _reports: set[asyncio.Task[None]] = field(default_factory=set)
 
-    def create(
+    async def create(
         self,
         input_file_id: str,
         endpoint: str,
@@ -110,8 +118,9 @@ class BatchJobs:
         """A batch of the file's requests, started at once; `client` makes the client that sends them
         (through the gateway's own routes, with the creator's credentials); `output_expires_s`: how
         long its output and error files are kept (None: until deleted)."""
-        source = self.files.find(input_file_id)
-        if source is None:
+        source = await self.files.find(input_file_id)
+        content = None if source is None else await self.files.read(input_file_id)
+        if source is None or content is None:
             raise APIError(
                 400, f"No such File object: {input_file_id}", code="invalid_value", param="input_file_id"
             )
@@ -134,37 +143,87 @@ class BatchJobs:
             expires_at=now + self.window_s,
         )
         self._keep(job)
-        job.task = asyncio.create_task(self._run(job, source.content, client))
-        job.task.add_done_callback(lambda _: _settle(job))
+        await self._tell(job)
+        job.task = asyncio.create_task(self._run(job, content, client))
+        job.task.add_done_callback(lambda _: self._settle(job))
         return job
 
-    def get(self, batch_id: str) -> BatchJob:
+    async def get(self, batch_id: str) -> dict[str, Any]:
+        """The batch's object, from whichever replica runs it; a 404 for none."""
         job = self._jobs.get(batch_id)
-        if job is None:
+        if job is not None:
+            return job.body()
+        told = await self.book.get(batch_id) if self.book.shared else None
+        if told is None:
             raise APIError(404, f"No batch found with id '{batch_id}'.", code="not_found", param="batch_id")
-        return job
+        return _as_now(told)
 
-    def cancel(self, batch_id: str) -> BatchJob:
-        job = self.get(batch_id)
-        if job.status in ("validating", "in_progress") and job.task is not None:
-            job.reach("cancelling")
-            job.task.cancel()
-        elif job.status not in ("cancelling", "cancelled"):
-            raise APIError(400, f"Cannot cancel a batch that is {job.status}.", code="invalid_value")
-        return job
+    async def cancel(self, batch_id: str) -> dict[str, Any]:
+        """Cancel it here, or order the replica running it to (its object then says cancelling)."""
+        job = self._jobs.get(batch_id)
+        body = job.body() if job is not None else await self.get(batch_id)
+        if body["status"] not in (*CANCELLABLE, "cancelling", "cancelled"):
+            raise APIError(400, f"Cannot cancel a batch that is {body['status']}.", code="invalid_value")
+        if body["status"] not in CANCELLABLE:
+            return body
+        if job is None:
+            await self.book.order_cancel(batch_id)
+            return {**body, "status": "cancelling", "cancelling_at": int(time.time())}
+        self._cancel_here(job)
+        await self._tell(job)
+        return job.body()
 
-    def listed(self) -> list[dict[str, Any]]:
-        """Every batch's object, oldest first."""
-        return [job.body() for job in self._jobs.values()]
+    async def listed(self) -> list[dict[str, Any]]:
+        """Every batch's object (every replica's, with a shared store), oldest first."""
+        told = await self.book.listed() if self.book.shared else []
+        bodies = {body["id"]: _as_now(body) for body in told}
+        bodies.update((job.id, job.body()) for job in self._jobs.values())
+        return sorted(bodies.values(), key=lambda body: int(body["created_at"]))
+
+    async def follow(self) -> None:
+        """Carry out the other replicas' orders to cancel the batches running here (until cancelled)."""
+        async for batch_id in self.book.cancel_orders():
+            job = self._jobs.get(batch_id)
+            if job is not None and job.status in CANCELLABLE:
+                self._cancel_here(job)
+                await self._tell(job)
 
     async def close(self) -> None:
-        """Stop the batches still running (the gateway is stopping)."""
+        """Stop the batches still running (the gateway is stopping), then the stores."""
         tasks = [job.task for job in self._jobs.values() if job.task is not None and not job.task.done()]
         for task in tasks:
             task.cancel()
         for task in tasks:
             with suppress(asyncio.CancelledError):
                 await task
+        await asyncio.gather(*self._reports, return_exceptions=True)
+        await self.book.close()
+        await self.files.close()
+
+    def _cancel_here(self, job: BatchJob) -> None:
+        if job.task is not None:
+            job.reach("cancelling")
+            job.task.cancel()
+
+    async def _tell(self, job: BatchJob) -> None:
+        if self.book.shared:
+            await self.book.put(job.body())
+
+    async def _report(self, job: BatchJob) -> None:
+        """Tell the batch's counts while it runs."""
+        while True:
+            await asyncio.sleep(REPORT_S)
+            await self._tell(job)
+
+    def _settle(self, job: BatchJob) -> None:
+        """A batch cancelled before its task began (its run never saw the cancel) ends cancelled too;
+        its end is told."""
+        if job.status == "cancelling":
+            job.reach("cancelled")
+        if self.book.shared:
+            report = asyncio.get_running_loop().create_task(self._tell(job))
+            self._reports.add(report)
+            report.add_done_callback(self._reports.discard)
 
     def _keep(self, job: BatchJob) -> None:
         self._jobs[job.id] = job
@@ -173,6 +232,16 @@ class BatchJobs:
             del self._jobs[old]
 
     async def _run(self, job: BatchJob, content: bytes, client: ClientFactory) -> None:
+        report = asyncio.create_task(self._report(job))
+        try:
+            await self._send(job, content, client)
+        finally:
+            report.cancel()
+            with suppress(asyncio.CancelledError):
+                await report
+            await self._tell(job)
+
+    async def _send(self, job: BatchJob, content: bytes, client: ClientFactory) -> None:
         try:
             lines = content.decode("utf-8").splitlines()
         except UnicodeDecodeError as exc:
@@ -189,25 +258,26 @@ class BatchJobs:
             async with window, client() as http:
                 await send_lines(lines, http, _Results(results), BATCH_CONCURRENCY, job.endpoint, job.summary)
         except asyncio.CancelledError:
-            self._end(job, results, "cancelled")
+            await self._end(job, results, "cancelled")
             raise
         except Exception as exc:  # a batch's trouble is told in the batch, never lost
             if window.expired():  # its completion window ended first (a TimeoutError)
-                self._expire(job, lines, results)
+                await self._expire(job, lines, results)
                 return
             log.exception("batch %s failed", job.id)
-            self._write(job, results)
+            await self._write(job, results)
             self._fail(job, "batch_failed", f"The batch stopped: {exc!r}.")
             return
         job.reach("finalizing")
-        self._end(job, results, "completed")
+        await self._tell(job)
+        await self._end(job, results, "completed")
 
-    def _end(self, job: BatchJob, results: dict[int, dict[str, Any]], status: str) -> None:
-        self._write(job, results)
+    async def _end(self, job: BatchJob, results: dict[int, dict[str, Any]], status: str) -> None:
+        await self._write(job, results)
         if job.status != "failed":
             job.reach(status)
 
-    def _expire(self, job: BatchJob, lines: list[str], results: dict[int, dict[str, Any]]) -> None:
+    async def _expire(self, job: BatchJob, lines: list[str], results: dict[int, dict[str, Any]]) -> None:
         """The requests the window left unanswered (stopped) go to the error file, as on OpenAI's
         service; what was answered is written as always."""
         for index, text in enumerate(line for line in lines if line.strip()):
@@ -215,36 +285,40 @@ class BatchJobs:
                 custom_id = parse_line(text, set()).custom_id
                 results[index] = unsent(LineError(custom_id, "batch_expired", EXPIRED_MESSAGE))
                 job.summary.failed += 1
-        self._end(job, results, "expired")
+        await self._end(job, results, "expired")
 
     def _fail(self, job: BatchJob, code: str, message: str) -> None:
         job.errors = [{"code": code, "message": message, "param": None, "line": None}]
         job.reach("failed")
 
-    def _write(self, job: BatchJob, results: dict[int, dict[str, Any]]) -> None:
+    async def _write(self, job: BatchJob, results: dict[int, dict[str, Any]]) -> None:
         """The output file (2xx answers) and the error file (the rest), each in its lines' order;
-        none for a side without lines. A file that does not fit the store fails the batch."""
+        none for a side without lines. A file that does not fit the store (or a store that does not
+        answer) fails the batch."""
         ordered = [results[i] for i in sorted(results)]
         good = [r for r in ordered if succeeded(r)]
         bad = [r for r in ordered if not succeeded(r)]
         try:
             if good:
-                job.output_file_id = self._file(job, "output", good)
+                job.output_file_id = await self._file(job, "output", good)
             if bad:
-                job.error_file_id = self._file(job, "error", bad)
+                job.error_file_id = await self._file(job, "error", bad)
         except APIError as exc:
-            self._fail(job, "output_too_large", exc.message)
+            code = "output_too_large" if exc.status == 413 else exc.code or "output_not_written"
+            self._fail(job, code, exc.message)
 
-    def _file(self, job: BatchJob, kind: str, results: list[dict[str, Any]]) -> str:
+    async def _file(self, job: BatchJob, kind: str, results: list[dict[str, Any]]) -> str:
         text = "".join(json_line(r) + "\n" for r in results)
         name, content = f"{job.id}_{kind}.jsonl", text.encode("utf-8")
-        return self.files.add(name, OUTPUT_PURPOSE, content, job.output_expires_s).id
+        return (await self.files.add(name, OUTPUT_PURPOSE, content, job.output_expires_s)).id
 
 
-def _settle(job: BatchJob) -> None:
-    """A batch cancelled before its task began (its run never saw the cancel) ends cancelled too."""
-    if job.status == "cancelling":
-        job.reach("cancelled")
+def _as_now(body: dict[str, Any]) -> dict[str, Any]:
+    """Another replica's batch as it stands: still unfinished well after its window ended, that
+    replica is gone (it would have ended it), and the batch expired."""
+    if body["status"] in UNFINISHED and time.time() > body["expires_at"] + STALE_S:
+        return {**body, "status": "expired", "expired_at": body["expires_at"]}
+    return body
 
 
 @dataclass

@@ -20,15 +20,14 @@ on from the last order it heard).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncGenerator
 from typing import Any
 
 from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
 
 from treespec.gateway.responses_api.redis_link import LRU_FUNCTIONS, TIMEOUT_S, RedisLink
+from treespec.gateway.responses_api.redis_orders import OrderStream
 from treespec.gateway.responses_api.store import StoredResponse, StoreOrder, not_found
 
 log = logging.getLogger(__name__)  # orders that are none
@@ -37,11 +36,7 @@ PREFIX = "treespec:responses"
 RESPONSES_PREFIX = f"{PREFIX}:r:"  # a response's key: this and its id
 EVENTS_PREFIX = f"{PREFIX}:e:"  # a streamed background response's events (redis_events.py)
 DEFAULT_TTL_S = 30 * 24 * 3600
-ORDERS = f"{PREFIX}:orders"  # the replicas' orders: a Redis stream
-ORDERS_KEPT = 10_000  # about how many of the latest orders the stream keeps
-READ_COUNT = 64
-LISTEN_S = 1.0  # the listener's wait for an order per read (under the link's timeout)
-RESUBSCRIBE_S = 1.0  # its wait after a failed read
+ORDERS = f"{PREFIX}:orders"  # the replicas' orders: a Redis stream (redis_orders.py)
 
 # KEYS: the response's key, the ranking, the counter; ARGV: id, JSON, TTL, capacity, the prefixes of
 # the keys a dropped response takes with it (its own, its events').
@@ -84,6 +79,7 @@ class RedisResponseStore:
         self._put = self._link.script(_PUT)
         self._get = self._link.script(_GET)
         self._delete = self._link.script(_DELETE)
+        self._orders = OrderStream(self._link, ORDERS)
 
     @property
     def enabled(self) -> bool:
@@ -114,34 +110,14 @@ class RedisResponseStore:
         return True
 
     async def order(self, order: StoreOrder) -> None:
-        fields: dict[Any, Any] = {"action": order.action, "response_id": order.response_id}
-        await self._link.call(self._link.client.xadd(ORDERS, fields, maxlen=ORDERS_KEPT, approximate=True))
+        await self._orders.send({"action": order.action, "response_id": order.response_id})
 
     async def orders(self) -> AsyncGenerator[StoreOrder, None]:
-        """Every replica's orders (this one's too) from now on. They are read from a Redis stream
-        after the last one heard, so those given while this replica's connection was down are heard
-        once it is back (not those lost with a Redis that restarted)."""
-        last: bytes | str | None = None
-        while True:
-            try:
-                if last is None:
-                    last = await self._last_order()
-                block_ms = int(LISTEN_S * 1000)
-                reply: Any = await self._link.client.xread({ORDERS: last}, count=READ_COUNT, block=block_ms)
-            except RedisError as error:
-                self._link.failed(error)
-                await asyncio.sleep(RESUBSCRIBE_S)
-                continue
-            entries: list[tuple[bytes, dict[bytes, bytes]]] = reply[0][1] if reply else []
-            for entry_id, fields in entries:
-                last = entry_id
-                order = _order(fields)
-                if order is not None:
-                    yield order
-
-    async def _last_order(self) -> bytes | str:
-        newest: Any = await self._link.client.xrevrange(ORDERS, count=1)
-        return newest[0][0] if newest else "0-0"
+        """Every replica's orders (this one's too) from now on (redis_orders.py)."""
+        async for fields in self._orders.entries():
+            order = _order(fields)
+            if order is not None:
+                yield order
 
     async def _call(self, script: AsyncScript, response_id: str) -> Any:
         return await self._link.call(script(keys=self._keys(response_id), args=[response_id]))

@@ -32,7 +32,7 @@ class BatchCreate(BaseModel):
 async def create_batch(body: BatchCreate, request: Request, state: State) -> dict[str, Any]:
     expires_s = body.output_expires_after.seconds if body.output_expires_after is not None else None
     client = _own_client(request)
-    job = state.batches.create(body.input_file_id, body.endpoint, body.metadata, client, expires_s)
+    job = await state.batches.create(body.input_file_id, body.endpoint, body.metadata, client, expires_s)
     return job.body()
 
 
@@ -42,17 +42,17 @@ async def list_batches(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 20,
     after: Annotated[str | None, Query(min_length=1)] = None,
 ) -> dict[str, Any]:
-    return page(state.batches.listed(), "The batch list", limit, "desc", after)
+    return page(await state.batches.listed(), "The batch list", limit, "desc", after)
 
 
 @router.get("/v1/batches/{batch_id}")
 async def retrieve_batch(batch_id: str, state: State) -> dict[str, Any]:
-    return state.batches.get(batch_id).body()
+    return await state.batches.get(batch_id)
 
 
 @router.post("/v1/batches/{batch_id}/cancel")
 async def cancel_batch(batch_id: str, state: State) -> dict[str, Any]:
-    return state.batches.cancel(batch_id).body()
+    return await state.batches.cancel(batch_id)
 
 
 def _own_client(request: Request) -> ClientFactory:

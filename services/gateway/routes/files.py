@@ -51,7 +51,7 @@ async def upload_file(request: Request, state: State) -> dict[str, Any]:
         filename = upload.filename or "upload"
     finally:
         await form.close()
-    return state.files.add(filename, purpose, content, expires_after_s).body()
+    return (await state.files.add(filename, purpose, content, expires_after_s)).body()
 
 
 @router.get("/v1/files")
@@ -62,21 +62,20 @@ async def list_files(
     order: Annotated[Literal["asc", "desc"], Query()] = "desc",
     after: Annotated[str | None, Query(min_length=1)] = None,
 ) -> dict[str, Any]:
-    return page(state.files.listed(purpose), "The file list", limit, order, after)
+    return page(await state.files.listed(purpose), "The file list", limit, order, after)
 
 
 @router.get("/v1/files/{file_id}")
 async def retrieve_file(file_id: str, state: State) -> dict[str, Any]:
-    return state.files.get(file_id).body()
+    return (await state.files.get(file_id)).body()
 
 
 @router.get("/v1/files/{file_id}/content")
 async def file_content(file_id: str, state: State) -> Response:
-    stored = state.files.get(file_id)
-    return Response(stored.content, media_type="application/octet-stream")
+    return Response(await state.files.content(file_id), media_type="application/octet-stream")
 
 
 @router.delete("/v1/files/{file_id}")
 async def delete_file(file_id: str, state: State) -> dict[str, Any]:
-    state.files.delete(file_id)
+    await state.files.delete(file_id)
     return {"id": file_id, "object": "file", "deleted": True}

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import httpx
 import pytest
 
-from treespec.gateway.batch_api.files import FileStore
-from treespec.gateway.batch_api.jobs import BatchJob, BatchJobs
+from treespec.gateway.batch_api.files import MemoryFileStore
+from treespec.gateway.batch_api.jobs import BatchJobs
 from treespec.gateway.errors import APIError
 
 LINE = b'{"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": {"prompt": "x"}}\n'
@@ -19,10 +20,10 @@ LINE = b'{"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": 
 
 def test_a_batch_cancelled_before_it_began_ends_cancelled() -> None:
     async def scenario() -> tuple[str, str, bool]:
-        jobs = BatchJobs(FileStore(1 << 20))
-        source = jobs.files.add("in.jsonl", "batch", LINE)
-        job = jobs.create(source.id, "/v1/completions", None, httpx.AsyncClient)
-        first = jobs.cancel(job.id).status  # the task has not run a step yet
+        jobs = BatchJobs(MemoryFileStore(1 << 20))
+        source = await jobs.files.add("in.jsonl", "batch", LINE)
+        job = await jobs.create(source.id, "/v1/completions", None, httpx.AsyncClient)
+        first = (await jobs.cancel(job.id))["status"]  # the task has not run a step yet
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         return first, job.status, job.body()["cancelled_at"] is not None
@@ -33,10 +34,10 @@ def test_a_batch_cancelled_before_it_began_ends_cancelled() -> None:
 @pytest.mark.parametrize(("purpose", "file_id"), [("user_data", None), ("batch", "file-missing")])
 def test_a_batch_needs_a_batch_file_that_exists(purpose: str, file_id: str | None) -> None:
     async def scenario() -> APIError:
-        jobs = BatchJobs(FileStore(1 << 20))
-        stored = jobs.files.add("in.jsonl", purpose, LINE)
+        jobs = BatchJobs(MemoryFileStore(1 << 20))
+        stored = await jobs.files.add("in.jsonl", purpose, LINE)
         with pytest.raises(APIError) as caught:
-            jobs.create(file_id or stored.id, "/v1/completions", None, httpx.AsyncClient)
+            await jobs.create(file_id or stored.id, "/v1/completions", None, httpx.AsyncClient)
         return caught.value
 
     error = asyncio.run(scenario())
@@ -58,24 +59,27 @@ def test_a_batch_still_running_when_its_window_ends_expires() -> None:
         request = {"custom_id": custom_id, "method": "POST", "url": "/v1/completions", "body": body}
         return json.dumps(request).encode() + b"\n"
 
-    async def scenario() -> tuple[BatchJobs, BatchJob]:
-        jobs = BatchJobs(FileStore(1 << 20), window_s=0.5)
+    async def scenario() -> tuple[dict[str, Any], bytes, bytes, int]:
+        jobs = BatchJobs(MemoryFileStore(1 << 20), window_s=0.5)
         content = line("a", "fast") + line("b", "slow") + b"\n" + line("c", "slow")
-        job = jobs.create(jobs.files.add("in.jsonl", "batch", content).id, "/v1/completions", None, client)
+        source = await jobs.files.add("in.jsonl", "batch", content)
+        job = await jobs.create(source.id, "/v1/completions", None, client)
         assert job.task is not None
         await asyncio.wait_for(job.task, timeout=10)
-        return jobs, job
+        body = await jobs.get(job.id)
+        with pytest.raises(APIError) as refused:
+            await jobs.cancel(job.id)
+        output = await jobs.files.content(body["output_file_id"])
+        return body, output, await jobs.files.content(body["error_file_id"]), refused.value.status
 
-    jobs, job = asyncio.run(scenario())
-    body = job.body()
+    body, output, errors, refused = asyncio.run(scenario())
     assert body["status"] == "expired" and body["expired_at"] is not None
     assert body["request_counts"] == {"total": 3, "completed": 1, "failed": 2}
-    answered = [json.loads(x) for x in jobs.files.get(body["output_file_id"]).content.splitlines()]
+    answered = [json.loads(x) for x in output.splitlines()]
     assert [x["custom_id"] for x in answered] == ["a"]
-    stopped = [json.loads(x) for x in jobs.files.get(body["error_file_id"]).content.splitlines()]
+    stopped = [json.loads(x) for x in errors.splitlines()]
     assert [(x["custom_id"], x["error"]["code"], x["response"]) for x in stopped] == [
         ("b", "batch_expired", None),
         ("c", "batch_expired", None),
     ]
-    with pytest.raises(APIError):
-        jobs.cancel(job.id)
+    assert refused == 400

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 import pytest
 
 from tests.redis_server import RedisServer
+from tests.unit.gateway.closing_stores import run_closing
 from tests.unit.gateway.test_responses_store import REPLY, _body, _request
 from treespec.gateway.errors import APIError
 from treespec.gateway.responses_api.redis_store import ORDERS, RedisResponseStore
@@ -25,17 +24,6 @@ def _stored(response_id: str, earlier: StoredResponse | None = None) -> StoredRe
     return StoredResponse.of(
         _body(response_id, [REPLY]), _request(input=f"about {response_id}").items, conversation
     )
-
-
-def _run(scenario: Callable[..., Awaitable[Any]], *stores: RedisResponseStore) -> Any:
-    async def closing() -> Any:
-        try:
-            return await scenario(*stores)
-        finally:
-            for store in stores:
-                await store.close()
-
-    return asyncio.run(closing())
 
 
 async def _status(store: RedisResponseStore, response_id: str) -> int:
@@ -65,7 +53,7 @@ def test_replicas_share_their_stored_responses(redis_server: RedisServer) -> Non
         with pytest.raises(APIError):
             await a.delete("resp_1")
 
-    _run(scenario, RedisResponseStore(redis_server.url, 8), RedisResponseStore(redis_server.url, 8))
+    run_closing(scenario, RedisResponseStore(redis_server.url, 8), RedisResponseStore(redis_server.url, 8))
 
 
 def test_the_capacity_drops_the_least_recently_used_and_the_ttl_expires(redis_server: RedisServer) -> None:
@@ -81,7 +69,7 @@ def test_the_capacity_drops_the_least_recently_used_and_the_ttl_expires(redis_se
         assert await _status(a, "short") == 404
 
     stores = RedisResponseStore(redis_server.url, 2), RedisResponseStore(redis_server.url, 2)
-    _run(scenario, *stores, RedisResponseStore(redis_server.url, 2, ttl_s=1))
+    run_closing(scenario, *stores, RedisResponseStore(redis_server.url, 2, ttl_s=1))
 
 
 def test_a_store_of_size_zero_keeps_nothing_and_bad_settings_are_refused(redis_server: RedisServer) -> None:
@@ -89,7 +77,7 @@ def test_a_store_of_size_zero_keeps_nothing_and_bad_settings_are_refused(redis_s
         await none.put(_stored("a"))
         return await _status(none, "a")
 
-    assert _run(scenario, RedisResponseStore(redis_server.url, 0)) == 404
+    assert run_closing(scenario, RedisResponseStore(redis_server.url, 0)) == 404
     with pytest.raises(ValueError, match="negative"):
         RedisResponseStore(redis_server.url, -1)
     with pytest.raises(ValueError, match="TTL"):
@@ -115,7 +103,7 @@ def test_an_outage_skips_storing_makes_reading_a_503_and_passes(
         expected = 404 if outage == "down" else 200  # a crash loses what Redis held (no persistence)
         assert await _status(store, "before") == expected
 
-    _run(scenario, RedisResponseStore(redis_server.url, 8, timeout_s=0.5))
+    run_closing(scenario, RedisResponseStore(redis_server.url, 8, timeout_s=0.5))
 
 
 def test_orders_reach_every_replica_even_across_a_dropped_connection_and_a_redis_restart(
@@ -147,4 +135,4 @@ def test_orders_reach_every_replica_even_across_a_dropped_connection_and_a_redis
         assert await asyncio.wait_for(listening, 1) == StoreOrder("forget", "resp_2")
         await heard.aclose()
 
-    _run(scenario, RedisResponseStore(redis_server.url, 8), RedisResponseStore(redis_server.url, 8))
+    run_closing(scenario, RedisResponseStore(redis_server.url, 8), RedisResponseStore(redis_server.url, 8))
