@@ -31,9 +31,7 @@ async def start_chat(
     and `limit_param`: the request's fields that a prompt error and a token limit error point at
     (None: the chat field that holds the limit)."""
     tools = _tool_calling(state, body)
-    messages = template_messages(body.messages)
-    template = request_template(body.chat_template, state.config.trust_request_chat_template)
-    prompt = await asyncio.to_thread(state.tokenizer.chat_prompt, messages, body.template_options(template))
+    prompt = await chat_prompt(state, body)
     reasoning, grammar_after = _reasoning(state, body, prompt)
     prediction = await _prediction(state, body)
     run = await GenerationRun.start(
@@ -49,6 +47,14 @@ async def start_chat(
         limit_param=limit_param,
     )
     return run, ChatReplies(body.reply_parser(reasoning), tools, body.reasoning_reply)
+
+
+async def chat_prompt(state: GatewayState, body: ChatCompletionRequest) -> list[int]:
+    """The request's prompt: its messages through the chat template (the server's, or the request's
+    own where the server trusts them)."""
+    messages = template_messages(body.messages)
+    template = request_template(body.chat_template, state.config.trust_request_chat_template)
+    return await asyncio.to_thread(state.tokenizer.chat_prompt, messages, body.template_options(template))
 
 
 async def _prediction(state: GatewayState, body: ChatCompletionRequest) -> list[int]:

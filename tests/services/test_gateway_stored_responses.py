@@ -207,3 +207,32 @@ def test_only_a_background_response_is_cancelled(client: openai.OpenAI, http: ht
     assert http.post("/v1/responses/resp_none/cancel").status_code == 404
     bad = http.post("/v1/responses", json={**GREEDY, "input": "hi", "background": True, "store": False})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "background", bad.text
+
+
+def test_input_tokens_are_counted_as_the_response_s_prompt(client: openai.OpenAI, http: httpx.Client) -> None:
+    """OpenAI's input token count (`client.responses.input_tokens.count`) is the prompt a response
+    made from the same fields takes: instructions, input, a previous response's items; a
+    response may continue its previous one without new input, and a request with neither is a 400."""
+    fields: dict[str, Any] = {"instructions": "Answer briefly.", "input": "Name a colour."}
+    made = _respond(client, max_output_tokens=2, **fields)
+    counted = client.responses.input_tokens.count(model=MODEL, **fields)
+    assert counted.object == "response.input_tokens"
+    assert made.usage is not None and counted.input_tokens == made.usage.input_tokens
+    # Without instructions SmolLM2's template writes its default system prompt instead.
+    default_system = client.responses.input_tokens.count(input=fields["input"])
+    alone = _respond(client, input=fields["input"], max_output_tokens=2)
+    assert alone.usage is not None and default_system.input_tokens == alone.usage.input_tokens
+    assert default_system.input_tokens != counted.input_tokens
+    onward = client.responses.input_tokens.count(previous_response_id=made.id, input="And another?")
+    continued = _respond(client, previous_response_id=made.id, input="And another?", max_output_tokens=2)
+    assert continued.usage is not None and onward.input_tokens == continued.usage.input_tokens
+    resumed = _respond(client, previous_response_id=made.id, max_output_tokens=2)  # no new input
+    assert resumed.usage is not None and resumed.usage.input_tokens > made.usage.input_tokens
+    for body, status, param in (
+        ({}, 400, "input"),
+        ({"input": "hi", "model": "other-model"}, 404, "model"),
+        ({"input": "hi", "max_output_tokens": 5}, 400, "max_output_tokens"),
+    ):
+        answer = http.post("/v1/responses/input_tokens", json=body)
+        assert answer.status_code == status and answer.json()["error"]["param"] == param, answer.text
+    assert http.post("/v1/responses", json={"model": MODEL}).json()["error"]["param"] == "input"

@@ -130,6 +130,7 @@ InputItem = Annotated[
     | Annotated[ReasoningItem, Tag("reasoning")],
     Discriminator(_item_kind),
 ]
+InputItems = Annotated[list[InputItem], Field(min_length=1, max_length=MAX_INPUT_ITEMS)]
 
 
 class FunctionTool(FunctionDef):
@@ -192,7 +193,10 @@ class ReasoningConfig(BaseModel):
 class ResponsesRequest(BaseModel):
     model_config = STRICT
     model: str = Field(min_length=1)
-    input: UnicodeText | Annotated[list[InputItem], Field(min_length=1, max_length=MAX_INPUT_ITEMS)]
+    # None: the response continues its previous response or conversation with no new input.
+    input: (
+        UnicodeText | Annotated[list[InputItem], Field(min_length=1, max_length=MAX_INPUT_ITEMS)] | None
+    ) = None
     instructions: UnicodeText | None = None
     max_output_tokens: int | None = Field(default=None, ge=1, le=2**31 - 1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
@@ -296,8 +300,10 @@ class ResponsesRequest(BaseModel):
 
     @property
     def items(self) -> list[InputItem]:
-        """The request's own input as items (a string is one user message)."""
-        return [InputMessage(role="user", content=self.input)] if isinstance(self.input, str) else self.input
+        """The request's own input as items (a string is one user message; none: no items)."""
+        if isinstance(self.input, str):
+            return [InputMessage(role="user", content=self.input)]
+        return self.input or []
 
     def chat_request(self, earlier: Sequence[InputItem] = ()) -> ChatCompletionRequest:
         """The chat completions request this one runs as, continuing the `earlier` conversation (a

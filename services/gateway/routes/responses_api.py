@@ -3,19 +3,21 @@
 Responses API's typed events (responses_api/output.py, responses_api/job.py), or made in the
 background (responses_api/background.py), its events streamed as they are made if asked. A
 finished response is stored unless the request says `store: false` (responses_api/store.py;
-routes/stored_responses.py reads them back)."""
+routes/stored_responses.py reads them back). POST /v1/responses/input_tokens counts a response's
+prompt (responses_api/input_tokens.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
-from treespec.gateway.chat_start import start_chat
+from treespec.gateway.chat_start import chat_prompt, start_chat
 from treespec.gateway.disconnect import cancel_on_disconnect
 from treespec.gateway.errors import APIError
 from treespec.gateway.logprob_format import LogprobFormat
+from treespec.gateway.responses_api.input_tokens import InputTokensRequest
 from treespec.gateway.responses_api.job import ResponseJob, sse_events
 from treespec.gateway.responses_api.request import InputItem, ResponsesRequest
 from treespec.gateway.sse import event_stream, primed
@@ -24,6 +26,18 @@ from treespec.gateway.state import GatewayState, gateway_state
 router = APIRouter()
 
 UNFINISHED = ("queued", "in_progress")
+
+
+@router.post("/v1/responses/input_tokens")
+async def count_input_tokens(
+    body: InputTokensRequest, state: Annotated[GatewayState, Depends(gateway_state)]
+) -> dict[str, Any]:
+    """OpenAI's input token count (responses_api/input_tokens.py)."""
+    if body.model is not None:
+        state.check_model(body.model)
+    request = body.response_request(state.config.model_name)
+    prompt = await chat_prompt(state, request.chat_request(await _earlier(state, request)))
+    return {"object": "response.input_tokens", "input_tokens": len(prompt)}
 
 
 @router.post("/v1/responses", response_model=None)
@@ -49,7 +63,16 @@ async def create_response(
 
 async def _earlier(state: GatewayState, body: ResponsesRequest) -> tuple[InputItem, ...]:
     """The conversation the request continues: its conversation's items, or its previous response's
-    (a 404 if none is stored, a 400 while it is still being made in the background)."""
+    (a 404 if none is stored, a 400 while it is still being made in the background). A request
+    without input must continue one of them."""
+    if body.input is None and body.previous_response_id is None and body.conversation_id is None:
+        raise APIError(
+            400,
+            "Missing required parameter: 'input' (only a response that continues a previous response "
+            "or a conversation may leave it out).",
+            code="missing_required_parameter",
+            param="input",
+        )
     if body.conversation_id is not None:
         return tuple((await state.conversations.get(body.conversation_id, "conversation")).as_input())
     if body.previous_response_id is None:

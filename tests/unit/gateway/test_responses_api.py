@@ -179,3 +179,33 @@ def test_the_message_carries_every_token_s_logprobs_streamed_or_whole() -> None:
     whole.feed({"reasoning_content": "Hm", "content": "Hi there"}, [think, end, hi, there, eos])
     whole.finish("completed")
     assert whole.output("completed")[1]["content"][0]["logprobs"] == everything
+
+
+def test_an_input_token_count_is_the_response_it_would_be() -> None:
+    """The count's fields make the response whose prompt is counted (the served model's unless it
+    names one); a response without input continues what came before, adding no items."""
+    from treespec.gateway.responses_api.input_tokens import InputTokensRequest
+
+    counted = InputTokensRequest.model_validate(
+        {"input": [{"role": "user", "content": "hi"}], "instructions": "Be brief.", "text": _JSON_SCHEMA_TEXT}
+    )
+    request = counted.response_request("served")
+    assert request.model == "served" and request.instructions == "Be brief."
+    assert request.chat_messages() == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hi"},
+    ]
+    assert request.text is not None and request.text.format is not None
+    assert request.text.format.schema_ == _JSON_SCHEMA_TEXT["format"]["schema"]
+    onward = ResponsesRequest.model_validate({"model": "m", "previous_response_id": "resp_1"})
+    assert onward.items == [] and onward.chat_messages() == []
+    with pytest.raises(APIError) as caught:
+        InputTokensRequest.model_validate(
+            {"input": "hi", "tool_choice": {"type": "function", "name": "x"}}
+        ).response_request("m")
+    assert caught.value.param == "tool_choice"
+
+
+_JSON_SCHEMA_TEXT: dict[str, Any] = {
+    "format": {"type": "json_schema", "name": "colour", "schema": {"type": "object", "properties": {}}}
+}
