@@ -60,6 +60,11 @@ class GatewayState:
         name = self.config.reasoning_parser
         return REASONING_PARSERS[name]() if name is not None else None
 
+    def tool_markers_are_special_tokens(self) -> bool:
+        """Whether the tool-call parser's markers are special tokens, kept in the text it reads."""
+        name = self.config.tool_call_parser
+        return name is not None and TOOL_CALL_PARSERS[name].keeps_special_tokens
+
     def auto_tool_calls(self, legacy: bool = False) -> AutoToolCalls:
         """tool_choice "auto" read with the model's tool-call parser; a 400 when none was configured,
         worded in the fields the request used (`legacy`: the deprecated functions/function_call)."""

@@ -236,3 +236,31 @@ def test_structured_output_holds_on_the_answer_after_the_thinking(auto_client: o
         extra_body={"chat_template_kwargs": {"enable_thinking": True}}, **kwargs
     ).choices[0]
     assert same.message.content == whole.message.content
+
+
+@pytest.fixture(scope="module")
+def mistral_client(
+    model_path: Path, verifier: int, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[openai.OpenAI]:
+    port = free_port()
+    flags = ("--tool-call-parser", "mistral")
+    service = start_gateway(model_path, verifier, port, tmp_path_factory.mktemp("mistral"), (KEY,), flags)
+    yield openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0, timeout=120)
+    service.stop()
+
+
+def test_a_parser_whose_markers_are_special_tokens_reads_them(
+    mistral_client: openai.OpenAI, auto_client: openai.OpenAI
+) -> None:
+    """Mistral's [TOOL_CALLS] is a special token: with tool_choice "auto" its parser reads the reply
+    with special tokens kept (vLLM's rule), so a special token the model writes (here SmolLM2's
+    <|im_start|>, forced by logit_bias) is in the text it reads; Hermes' parser reads text without
+    them; and without tools the request's own skip_special_tokens holds."""
+    forced: Any = {"model": MODEL, "max_tokens": 2, "temperature": 0, "logit_bias": {"1": 100}}
+    ask: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Hi."}]
+    kept = mistral_client.chat.completions.create(messages=ask, tools=[WEATHER], **forced).choices[0]
+    assert kept.message.content == "<|im_start|><|im_start|>" and not kept.message.tool_calls
+    skipped = auto_client.chat.completions.create(messages=ask, tools=[WEATHER], **forced).choices[0]
+    assert skipped.message.content == ""
+    plain = mistral_client.chat.completions.create(messages=ask, **forced).choices[0]
+    assert plain.message.content == ""

@@ -3,9 +3,20 @@
 from __future__ import annotations
 
 from treespec.gateway.tool_parsers.base import ToolCallParser
+from treespec.gateway.tool_parsers.deepseek import DeepSeekV3Parser, DeepSeekV31Parser
 from treespec.gateway.tool_parsers.hermes import HermesParser
 from treespec.gateway.tool_parsers.llama3_json import Llama3JsonParser
+from treespec.gateway.tool_parsers.mistral import MistralParser
+from treespec.gateway.tool_parsers.pythonic import PythonicParser
 
 TOOL_CALL_PARSERS: dict[str, type[ToolCallParser]] = {
-    parser.name: parser for parser in (HermesParser, Llama3JsonParser)
+    parser.name: parser
+    for parser in (
+        HermesParser,
+        Llama3JsonParser,
+        MistralParser,
+        PythonicParser,
+        DeepSeekV3Parser,
+        DeepSeekV31Parser,
+    )
 }

@@ -39,6 +39,9 @@ class ToolCallReader(ABC):
 
 class ToolCallParser(ABC):
     name: ClassVar[str]
+    # Its markers are special tokens ([TOOL_CALLS]...): a reply it reads keeps them in its text
+    # (skip_special_tokens off for that request, as vLLM sets it for such parsers).
+    keeps_special_tokens: ClassVar[bool] = False
 
     @abstractmethod
     def reader(self) -> ToolCallReader:

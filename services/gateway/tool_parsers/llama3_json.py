@@ -6,13 +6,8 @@ from __future__ import annotations
 
 import json
 
-from treespec.gateway.tool_parsers.base import (
-    ParsedCall,
-    Piece,
-    ToolCallParser,
-    ToolCallReader,
-    call_from_json,
-)
+from treespec.gateway.tool_parsers.base import ParsedCall, ToolCallParser, ToolCallReader, call_from_json
+from treespec.gateway.tool_parsers.whole_output import WholeOutputReader
 
 PYTHON_TAG = "<|python_tag|>"
 
@@ -21,37 +16,7 @@ class Llama3JsonParser(ToolCallParser):
     name = "llama3_json"
 
     def reader(self) -> ToolCallReader:
-        return Llama3JsonReader()
-
-
-class Llama3JsonReader(ToolCallReader):
-    def __init__(self) -> None:
-        self._pending = ""
-        self._calls: bool | None = None  # None: not known yet
-
-    def feed(self, text: str) -> list[Piece]:
-        if self._calls is False:
-            return [text] if text else []
-        self._pending += text
-        head = self._pending.lstrip()
-        if self._calls is None and head and not PYTHON_TAG.startswith(head):
-            self._calls = head.removeprefix(PYTHON_TAG).lstrip()[:1] in ("{", "")
-            if not self._calls:
-                return self._release()
-        return []
-
-    def finish(self) -> list[Piece]:
-        if self._calls is False:
-            return []
-        calls = _calls(self._pending.strip().removeprefix(PYTHON_TAG))
-        if calls:
-            self._pending = ""
-            return list(calls)
-        return self._release()
-
-    def _release(self) -> list[Piece]:
-        text, self._pending = self._pending, ""
-        return [text] if text else []
+        return WholeOutputReader("{", _calls, PYTHON_TAG)
 
 
 def _calls(text: str) -> list[ParsedCall] | None:

@@ -14,8 +14,11 @@ from treespec.gateway.config import GatewayConfig
 from treespec.gateway.text_markers import held_back
 from treespec.gateway.tool_parsers import TOOL_CALL_PARSERS
 from treespec.gateway.tool_parsers.base import ParsedCall, Piece, ToolCallParser, call_from_json
+from treespec.gateway.tool_parsers.deepseek import DeepSeekV3Parser, DeepSeekV31Parser
 from treespec.gateway.tool_parsers.hermes import HermesParser
 from treespec.gateway.tool_parsers.llama3_json import Llama3JsonParser
+from treespec.gateway.tool_parsers.mistral import MistralParser
+from treespec.gateway.tool_parsers.pythonic import PythonicParser
 
 WEATHER = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "C"}}'
 
@@ -45,7 +48,16 @@ def test_the_registry_names_each_parser() -> None:
     assert {name: type(p()) for name, p in TOOL_CALL_PARSERS.items()} == {
         "hermes": HermesParser,
         "llama3_json": Llama3JsonParser,
+        "mistral": MistralParser,
+        "pythonic": PythonicParser,
+        "deepseek_v3": DeepSeekV3Parser,
+        "deepseek_v31": DeepSeekV31Parser,
     }
+    assert [n for n, p in TOOL_CALL_PARSERS.items() if p.keeps_special_tokens] == [
+        "mistral",
+        "deepseek_v3",
+        "deepseek_v31",
+    ]
 
 
 def test_a_call_is_a_name_and_an_arguments_object() -> None:
@@ -145,3 +157,108 @@ def test_a_gateway_config_names_a_known_parser() -> None:
     assert GatewayConfig(("h:1",), Path("m"), tool_call_parser="hermes").tool_call_parser == "hermes"
     with pytest.raises(ValueError, match=r"unknown tool-call parser 'qwen'.*hermes, llama3_json"):
         GatewayConfig(("h:1",), Path("m"), tool_call_parser="qwen")
+
+
+def _reads_alike(parser: ToolCallParser, text: str, pieces: list[Piece]) -> None:
+    """Whole, and streamed in random splits, the same pieces."""
+    assert _merged(parser.parse(text)) == pieces
+    for seed in range(20):
+        assert _merged(_streamed(parser, text, random.Random(seed))) == pieces
+
+
+WEATHER_CALL = _call("get_weather", city="Paris", unit="C")
+TIME_CALL = _call("get_time", zone="UTC")
+
+
+@pytest.mark.parametrize(
+    ("text", "pieces"),
+    [
+        ("Just text [TOOL", ["Just text [TOOL"]),
+        # Before tokenizer v11: a JSON list after the marker.
+        (f"[TOOL_CALLS] [{WEATHER}]", [WEATHER_CALL]),
+        (
+            f'Looking.[TOOL_CALLS][{WEATHER}, {{"name": "get_time", "arguments": {{"zone": "UTC"}}}}]',
+            ["Looking.", WEATHER_CALL, TIME_CALL],
+        ),
+        # From v11: name[ARGS]{...} per call, a [CALL_ID] allowed, or the arguments straight after.
+        (
+            '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "unit": "C"}[TOOL_CALLS]get_time{"zone": "UTC"}',
+            [WEATHER_CALL, TIME_CALL],
+        ),
+        ('[TOOL_CALLS]get_time[CALL_ID]a1B2c3D4e[ARGS]{"zone": "UTC"}', [TIME_CALL]),
+        # Not calls: the marker and all after it stay text.
+        ("[TOOL_CALLS] [{broken", ["[TOOL_CALLS] [{broken"]),
+        ('[TOOL_CALLS]get time[ARGS]{"zone": "UTC"}', ['[TOOL_CALLS]get time[ARGS]{"zone": "UTC"}']),
+        (
+            '[TOOL_CALLS]get_time[ARGS]{"zone": "UTC"} and more',
+            ['[TOOL_CALLS]get_time[ARGS]{"zone": "UTC"} and more'],
+        ),
+    ],
+)
+def test_mistral_reads_the_calls_after_its_marker(text: str, pieces: list[Piece]) -> None:
+    _reads_alike(MistralParser(), text, pieces)
+
+
+@pytest.mark.parametrize(
+    ("text", "pieces"),
+    [
+        ("The sky is blue.", ["The sky is blue."]),
+        ('[get_weather(city="Paris", unit="C"), get_time(zone="UTC")]', [WEATHER_CALL, TIME_CALL]),
+        (
+            '  [f(x=[1, 2.5], y={"a": None}, z=True, w=(1, "b"))]\n',
+            [_call("f", x=[1, 2.5], y={"a": None}, z=True, w=[1, "b"])],
+        ),
+        ("[ping()]", [_call("ping")]),
+        # Not only literal keyword calls by name: text, whole, and never run.
+        ("[f(1)]", ["[f(1)]"]),
+        ('[os.system(cmd="ls")]', ['[os.system(cmd="ls")]']),
+        ("[f(x=open('/etc/passwd'))]", ["[f(x=open('/etc/passwd'))]"]),
+        ("[f(**kw)]", ["[f(**kw)]"]),
+        ("[f(x={1, 2})]", ["[f(x={1, 2})]"]),
+        ("[1, 2, 3]", ["[1, 2, 3]"]),
+        ("[f(x=1)] and then", ["[f(x=1)] and then"]),
+        ("[]", ["[]"]),
+    ],
+)
+def test_pythonic_reads_an_output_made_of_calls(text: str, pieces: list[Piece]) -> None:
+    _reads_alike(PythonicParser(), text, pieces)
+
+
+BEGIN, END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
+CALL, CALL_END, SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
+
+
+@pytest.mark.parametrize(
+    ("text", "pieces"),
+    [
+        ("No tools needed.", ["No tools needed."]),
+        # V3: function<sep>NAME, the arguments in a json fence.
+        (
+            f'Checking.{BEGIN}{CALL}function{SEP}get_weather\n```json\n{{"city": "Paris", "unit": "C"}}\n```'
+            f'{CALL_END}{CALL}function{SEP}get_time\n```json\n{{"zone": "UTC"}}\n```{CALL_END}{END}',
+            ["Checking.", WEATHER_CALL, TIME_CALL],
+        ),
+        # V3.1: NAME<sep>ARGUMENTS.
+        (f'{BEGIN}{CALL}get_time{SEP}{{"zone": "UTC"}}{CALL_END}{END}', [TIME_CALL]),
+        (f'{BEGIN}{CALL}get_time{SEP}{{"zone": "UTC"}}{CALL_END}', [TIME_CALL]),  # cut before the end
+        (
+            f"{BEGIN}{CALL}get_time{SEP}{{broken{CALL_END}{END}",
+            [f"{BEGIN}{CALL}get_time{SEP}{{broken{CALL_END}{END}"],
+        ),
+        (
+            f"{BEGIN}{CALL}get_time{SEP}{{}}{CALL_END}{END} then text",
+            [f"{BEGIN}{CALL}get_time{SEP}{{}}{CALL_END}{END} then text"],
+        ),
+    ],
+)
+def test_deepseek_reads_both_its_formats(text: str, pieces: list[Piece]) -> None:
+    for parser in (DeepSeekV3Parser(), DeepSeekV31Parser()):
+        _reads_alike(parser, text, pieces)
+
+
+def test_a_marked_tail_streams_the_text_before_its_marker() -> None:
+    reader = MistralParser().reader()
+    assert reader.feed("Let me check [TO") == ["Let me check "]
+    assert reader.feed("OL_CALLS]get_time") == []  # the marker: held from here on
+    assert reader.feed('[ARGS]{"zone": "UTC"}') == []
+    assert reader.finish() == [TIME_CALL]
