@@ -74,7 +74,10 @@ def _tool_calling(state: GatewayState, body: ChatCompletionRequest) -> ToolCalli
     """How the request's tools are called: "auto" with the model's parser, a named function or
     "required" as structured output, or not at all; for the deprecated `functions`, the same calls
     go back in the legacy shape."""
-    tools = state.auto_tool_calls(body.legacy_functions) if body.auto_tool_choice else body.tool_call_mode
+    if body.auto_tool_choice:
+        tools: ToolCalling | None = state.auto_tool_calls(body.offered_tools or [], body.legacy_functions)
+    else:
+        tools = body.tool_call_mode
     if tools is None or not body.legacy_functions:
         return tools
     return FunctionCalls(tools)

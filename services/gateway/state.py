@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from fastapi import Request
@@ -23,6 +24,7 @@ from treespec.gateway.responses_api.conversation_store import ConversationStore
 from treespec.gateway.responses_api.store import ResponseStore
 from treespec.gateway.tokenizer import PromptTokenizer
 from treespec.gateway.tool_parsers import TOOL_CALL_PARSERS
+from treespec.gateway.tool_schemas import ToolDef
 from treespec.gateway.verifier_client import VerifierClient
 
 
@@ -65,9 +67,10 @@ class GatewayState:
         name = self.config.tool_call_parser
         return name is not None and TOOL_CALL_PARSERS[name].keeps_special_tokens
 
-    def auto_tool_calls(self, legacy: bool = False) -> AutoToolCalls:
-        """tool_choice "auto" read with the model's tool-call parser; a 400 when none was configured,
-        worded in the fields the request used (`legacy`: the deprecated functions/function_call)."""
+    def auto_tool_calls(self, tools: Sequence[ToolDef], legacy: bool = False) -> AutoToolCalls:
+        """tool_choice "auto" over `tools` read with the model's tool-call parser; a 400 when none was
+        configured, worded in the fields the request used (`legacy`: the deprecated
+        functions/function_call)."""
         if self.config.tool_call_parser is None:
             choice, offered, instead = (
                 ("function_call", "functions", "name a function")
@@ -81,7 +84,7 @@ class GatewayState:
                 code="unsupported_parameter",
                 param=choice,
             )
-        return AutoToolCalls(TOOL_CALL_PARSERS[self.config.tool_call_parser]())
+        return AutoToolCalls(TOOL_CALL_PARSERS[self.config.tool_call_parser](tools))
 
 
 def gateway_state(request: Request) -> GatewayState:

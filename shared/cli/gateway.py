@@ -239,8 +239,8 @@ def add_reply_parser_arguments(p: argparse.ArgumentParser) -> None:
         choices=sorted(TOOL_CALL_PARSERS),
         default=None,
         help="the model's tool-call format, read out of its replies for tool_choice 'auto' (hermes: "
-        "Qwen2.5/3, Hermes; llama3_json: Llama 3.1+; pythonic: Llama 3.2/4; mistral; deepseek_v3, "
-        "deepseek_v31); default: 'auto' is refused",
+        "Qwen2.5/3, Hermes; llama3_json: Llama 3.1+; pythonic: Llama 3.2/4; qwen3_coder: Qwen3-Coder; "
+        "mistral; deepseek_v3, deepseek_v31); default: 'auto' is refused",
     )
     p.add_argument(
         "--enable-auto-tool-choice",

@@ -238,15 +238,22 @@ def test_structured_output_holds_on_the_answer_after_the_thinking(auto_client: o
     assert same.message.content == whole.message.content
 
 
+def _parser_gateway(
+    parser: str, model_path: Path, verifier: int, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[openai.OpenAI]:
+    """A gateway reading replies with `parser`, with its SDK client."""
+    port = free_port()
+    flags = ("--tool-call-parser", parser)
+    service = start_gateway(model_path, verifier, port, tmp_path_factory.mktemp(parser), (KEY,), flags)
+    yield openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0, timeout=120)
+    service.stop()
+
+
 @pytest.fixture(scope="module")
 def mistral_client(
     model_path: Path, verifier: int, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[openai.OpenAI]:
-    port = free_port()
-    flags = ("--tool-call-parser", "mistral")
-    service = start_gateway(model_path, verifier, port, tmp_path_factory.mktemp("mistral"), (KEY,), flags)
-    yield openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0, timeout=120)
-    service.stop()
+    yield from _parser_gateway("mistral", model_path, verifier, tmp_path_factory)
 
 
 def test_a_parser_whose_markers_are_special_tokens_reads_them(
@@ -264,3 +271,43 @@ def test_a_parser_whose_markers_are_special_tokens_reads_them(
     assert skipped.message.content == ""
     plain = mistral_client.chat.completions.create(messages=ask, **forced).choices[0]
     assert plain.message.content == ""
+
+
+@pytest.fixture(scope="module")
+def coder_client(
+    model_path: Path, verifier: int, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[openai.OpenAI]:
+    yield from _parser_gateway("qwen3_coder", model_path, verifier, tmp_path_factory)
+
+
+def _coder_call(city: str, days: int) -> str:
+    return (
+        f"<tool_call>\n<function=get_forecast>\n<parameter=city>\n{city}\n</parameter>\n"
+        f"<parameter=days>\n{days}\n</parameter>\n</function>\n</tool_call>"
+    )
+
+
+def test_qwen3_coder_calls_are_read_by_the_request_s_tool_schemas(coder_client: openai.OpenAI) -> None:
+    """The model imitates the XML call of the conversation's earlier turn; its values are raw text,
+    read by the types the request's tool gives them (a number for `days`, text for `city`)."""
+    forecast: ChatCompletionToolParam = {
+        "type": "function",
+        "function": {
+            "name": "get_forecast",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            },
+        },
+    }
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": "Forecast for Rome, 3 days?"},
+        {"role": "assistant", "content": _coder_call("Rome", 3)},
+        {"role": "user", "content": "Forecast for Paris, 5 days?"},
+    ]
+    kwargs: Any = {"model": MODEL, "tools": [forecast], "max_tokens": 64, "temperature": 0}
+    choice = coder_client.chat.completions.create(messages=messages, **kwargs).choices[0]
+    assert choice.finish_reason == "tool_calls", choice.message.content
+    (call,) = choice.message.tool_calls or []
+    assert call.function.name == "get_forecast"
+    assert json.loads(call.function.arguments) == {"city": "Paris", "days": 5}

@@ -8,6 +8,7 @@ from treespec.gateway.tool_parsers.hermes import HermesParser
 from treespec.gateway.tool_parsers.llama3_json import Llama3JsonParser
 from treespec.gateway.tool_parsers.mistral import MistralParser
 from treespec.gateway.tool_parsers.pythonic import PythonicParser
+from treespec.gateway.tool_parsers.qwen3_coder import Qwen3CoderParser
 
 TOOL_CALL_PARSERS: dict[str, type[ToolCallParser]] = {
     parser.name: parser
@@ -16,6 +17,7 @@ TOOL_CALL_PARSERS: dict[str, type[ToolCallParser]] = {
         Llama3JsonParser,
         MistralParser,
         PythonicParser,
+        Qwen3CoderParser,
         DeepSeekV3Parser,
         DeepSeekV31Parser,
     )

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
+
+from treespec.gateway.tool_schemas import ToolDef
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,10 @@ class ToolCallParser(ABC):
     # Its markers are special tokens ([TOOL_CALLS]...): a reply it reads keeps them in its text
     # (skip_special_tokens off for that request, as vLLM sets it for such parsers).
     keeps_special_tokens: ClassVar[bool] = False
+
+    def __init__(self, tools: Sequence[ToolDef] = ()) -> None:
+        # The request's tools: a format that writes arguments as text reads them by their schemas.
+        self.tools = tuple(tools)
 
     @abstractmethod
     def reader(self) -> ToolCallReader:

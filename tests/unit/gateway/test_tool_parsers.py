@@ -19,6 +19,8 @@ from treespec.gateway.tool_parsers.hermes import HermesParser
 from treespec.gateway.tool_parsers.llama3_json import Llama3JsonParser
 from treespec.gateway.tool_parsers.mistral import MistralParser
 from treespec.gateway.tool_parsers.pythonic import PythonicParser
+from treespec.gateway.tool_parsers.qwen3_coder import Qwen3CoderParser
+from treespec.gateway.tool_schemas import ToolDef
 
 WEATHER = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "C"}}'
 
@@ -50,6 +52,7 @@ def test_the_registry_names_each_parser() -> None:
         "llama3_json": Llama3JsonParser,
         "mistral": MistralParser,
         "pythonic": PythonicParser,
+        "qwen3_coder": Qwen3CoderParser,
         "deepseek_v3": DeepSeekV3Parser,
         "deepseek_v31": DeepSeekV31Parser,
     }
@@ -166,6 +169,11 @@ def _reads_alike(parser: ToolCallParser, text: str, pieces: list[Piece]) -> None
         assert _merged(_streamed(parser, text, random.Random(seed))) == pieces
 
 
+def _text(text: str) -> tuple[str, list[Piece]]:
+    """A case whose output is no call: the text, whole."""
+    return text, [text]
+
+
 WEATHER_CALL = _call("get_weather", city="Paris", unit="C")
 TIME_CALL = _call("get_time", zone="UTC")
 
@@ -262,3 +270,79 @@ def test_a_marked_tail_streams_the_text_before_its_marker() -> None:
     assert reader.feed("OL_CALLS]get_time") == []  # the marker: held from here on
     assert reader.feed('[ARGS]{"zone": "UTC"}') == []
     assert reader.finish() == [TIME_CALL]
+
+
+EDIT_TOOL = ToolDef.model_validate(
+    {
+        "type": "function",
+        "function": {
+            "name": "edit",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string"},
+                    "line": {"type": "integer"},
+                    "scale": {"type": "number"},
+                    "dry_run": {"type": "boolean"},
+                    "options": {"type": "object"},
+                    "lines": {"type": "array"},
+                    "note": {"type": ["string", "null"]},
+                },
+            },
+        },
+    }
+)
+
+
+def _xml(name: str, **values: str) -> str:
+    parameters = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in values.items())
+    return f"<tool_call>\n<function={name}>\n{parameters}</function>\n</tool_call>"
+
+
+@pytest.mark.parametrize(
+    ("text", "pieces"),
+    [
+        ("Plain answer.", ["Plain answer."]),
+        # Each value read by its parameter's type in the tool's schema.
+        (
+            "I will edit it.\n"
+            + _xml(
+                "edit",
+                path="007.py",
+                line="12",
+                scale="2.5",
+                dry_run="True",
+                options='{"a": 1}',
+                lines="['x', 'y']",
+                note="null",
+            ),
+            [
+                "I will edit it.\n",
+                _call(
+                    "edit",
+                    path="007.py",
+                    line=12,
+                    scale=2.5,
+                    dry_run=True,
+                    options={"a": 1},
+                    lines=["x", "y"],
+                    note=None,
+                ),
+            ],
+        ),
+        # What does not parse as its type stays text; untyped parameters are JSON where they are JSON.
+        (_xml("edit", line="twelve", scale="nan"), [_call("edit", line="twelve", scale="nan")]),
+        (_xml("other", count="42", word="hello"), [_call("other", count=42, word="hello")]),
+        # Code keeps its lines, inner newlines included; two calls in a row.
+        (
+            _xml("edit", path="a.py", note="def f():\n    return 1") + "\n" + _xml("edit", path="b.py"),
+            [_call("edit", path="a.py", note="def f():\n    return 1"), "\n", _call("edit", path="b.py")],
+        ),
+        # Left open at the output's end: a whole call still counts.
+        ("<tool_call>\n<function=edit>\n<parameter=line>\n3\n</parameter>\n", [_call("edit", line=3)]),
+        _text("<tool_call>no function here</tool_call>"),
+        _text("<tool_call>\n<function=edit>\nstray text\n</function>\n</tool_call>"),
+    ],
+)
+def test_qwen3_coder_reads_its_xml_calls_by_the_tools_schemas(text: str, pieces: list[Piece]) -> None:
+    _reads_alike(Qwen3CoderParser([EDIT_TOOL]), text, pieces)
