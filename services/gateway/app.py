@@ -23,6 +23,7 @@ from treespec.gateway.config import GatewayConfig
 from treespec.gateway.errors import APIError, install_error_handlers
 from treespec.gateway.guards import RequestGuard
 from treespec.gateway.metrics import GatewayMetrics, RequestCounter
+from treespec.gateway.request_ids import RequestIdHeader
 from treespec.gateway.responses_api.background import BackgroundResponses
 from treespec.gateway.responses_api.conversation_store import ConversationStore, MemoryConversationStore
 from treespec.gateway.responses_api.redis_conversations import RedisConversationStore
@@ -109,6 +110,8 @@ def create_app(
         max_upload_bytes=upload_limit(config),
     )
     app.add_middleware(RequestCounter, metrics=metrics)
+    if config.request_id_headers:
+        app.add_middleware(RequestIdHeader)
     config.cors.install(app)  # outermost: preflights answered before the API key is asked for
     # One server span per request: no span per ASGI message (a stream would get one per token).
     FastAPIInstrumentor.instrument_app(

@@ -58,6 +58,7 @@ class GatewayConfig:
     # Which web pages may call the gateway from a browser (by default any, as in vLLM and SGLang).
     cors: CorsPolicy = field(default_factory=CorsPolicy)
     tls: TlsFiles | None = None  # HTTPS with these files; None: plain HTTP
+    request_id_headers: bool = False  # answers carry X-Request-Id (vLLM's --enable-request-id-headers)
 
     def __post_init__(self) -> None:
         if not self.verifier_addresses:

@@ -90,7 +90,8 @@ def add_served_model_name_argument(p: argparse.ArgumentParser) -> None:
 
 
 def add_cors_arguments(p: argparse.ArgumentParser) -> None:
-    """vLLM's flags for cross-origin calls from browsers (by default any origin, as vLLM and SGLang)."""
+    """vLLM's flags for cross-origin calls from browsers (by default any origin, as vLLM and SGLang),
+    and for request ids in the answers' headers."""
     for flag, what in (("origins", "origins"), ("methods", "HTTP methods"), ("headers", "request headers")):
         p.add_argument(
             f"--allowed-{flag}",
@@ -104,6 +105,11 @@ def add_cors_arguments(p: argparse.ArgumentParser) -> None:
         "--allow-credentials",
         action="store_true",
         help="let cross-origin calls carry cookies and HTTP authentication (default: not)",
+    )
+    p.add_argument(
+        "--enable-request-id-headers",
+        action="store_true",
+        help="answers carry an X-Request-Id header: the request's own, or a new id (vLLM's)",
     )
 
 
@@ -292,6 +298,7 @@ def _run(ns: argparse.Namespace) -> int:
         sampling_defaults=defaults,
         cors=cors_policy(ns),
         tls=tls,
+        request_id_headers=ns.enable_request_id_headers,
     )
     provider = build_tracer_provider("treespec-gateway")
     install_tracer_provider(provider)

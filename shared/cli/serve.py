@@ -91,6 +91,7 @@ class ServeConfig:
     override_generation_config: str | None = None  # ... and --override-generation-config
     cors: CorsPolicy = field(default_factory=CorsPolicy)  # the gateway's cross-origin flags
     tls: TlsFiles | None = None  # the gateway's HTTPS files (None: plain HTTP)
+    request_id_headers: bool = False  # the gateway's --enable-request-id-headers
     node_cost: float | None = None  # None: the verifier measures it
     tree_cost: float | None = None  # with node_cost only
     # For COLOCATED_ALGORITHMS: the verifier's co-location socket, in a private (0700) directory.
@@ -191,6 +192,7 @@ def add_serve_arguments(p: argparse.ArgumentParser, listening: bool = True) -> N
         p.set_defaults(host="127.0.0.1", port=None, verifier_port=None, drafter_port=None)
         p.set_defaults(verifier_metrics_port=None, api_key=[])
         p.set_defaults(allowed_origins=ANY, allowed_methods=ANY, allowed_headers=ANY, allow_credentials=False)
+        p.set_defaults(enable_request_id_headers=False)
         p.set_defaults(ssl_keyfile=None, ssl_certfile=None, ssl_ca_certs=None, ssl_cert_reqs=0)
     p.add_argument(
         "--speculative-algorithm", default=DEFAULT_ALGORITHM, help="drafter to run (NONE: plain decoding)"
@@ -288,6 +290,7 @@ def serve_config(ns: argparse.Namespace) -> ServeConfig:
         override_generation_config=ns.override_generation_config,
         cors=cors_policy(ns),
         tls=tls,
+        request_id_headers=ns.enable_request_id_headers,
         drafter_options=options,
         node_cost=budget.node_cost,
         tree_cost=budget.tree_cost,
@@ -384,6 +387,8 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
     if c.override_generation_config is not None:
         gateway += ["--override-generation-config", c.override_generation_config]
     gateway += c.cors.argv()
+    if c.request_id_headers:
+        gateway += ["--enable-request-id-headers"]
     if c.tls is not None:
         gateway += c.tls.argv()
     if c.responses_store_url is not None:

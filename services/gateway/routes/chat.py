@@ -16,6 +16,7 @@ from treespec.gateway.errors import APIError
 from treespec.gateway.generation import Event, TextDelta
 from treespec.gateway.logprob_format import LogprobFormat
 from treespec.gateway.outcome import Outcome, meta_info
+from treespec.gateway.request_ids import named_by_header
 from treespec.gateway.responses import (
     ChatChoice,
     ChatChunkChoice,
@@ -39,6 +40,7 @@ async def chat_completions(
     body: ChatCompletionRequest, request: Request, state: Annotated[GatewayState, Depends(gateway_state)]
 ) -> Response:
     state.check_model(body.model)
+    body = named_by_header(body, request)
     run, replies = await start_chat(state, body, "chatcmpl-")
     lp_format = LogprobFormat(state.tokenizer.token_texts, body.return_tokens_as_token_ids)
     if body.stream:

@@ -14,6 +14,7 @@ from treespec.gateway.errors import APIError
 from treespec.gateway.generation import Event, TextDelta
 from treespec.gateway.logprob_format import LogprobFormat
 from treespec.gateway.outcome import meta_info
+from treespec.gateway.request_ids import named_by_header
 from treespec.gateway.responses import (
     Completion,
     CompletionChoice,
@@ -36,6 +37,7 @@ async def completions(
     body: CompletionRequest, request: Request, state: Annotated[GatewayState, Depends(gateway_state)]
 ) -> Response:
     state.check_model(body.model)
+    body = named_by_header(body, request)
     prompts = await asyncio.to_thread(state.tokenizer.raw_prompts, body.prompts)
     echoes = await asyncio.to_thread(_echoes, state.tokenizer, body.prompts) if body.echo else None
     run = await GenerationRun.start(
