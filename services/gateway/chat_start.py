@@ -89,11 +89,14 @@ def _reasoning(
     """The reasoning parser for this request, and where its grammar starts. A constrained request
     (structured output, a named or required tool call) of a thinking model is constrained on its
     answer alone, as in vLLM and SGLang: the grammar starts after the reasoning's end. Where the
-    template has closed the reasoning in the prompt (thinking turned off) the grammar holds from the
-    first token and there is no reasoning to split off."""
+    template has closed the reasoning in the prompt (thinking turned off, as Qwen3's and DeepSeek
+    V3.1's templates do) there is no reasoning to split off, whatever the parser would assume of an
+    output without its end marker, and the grammar holds from the first token."""
     reasoning = state.reasoning_parser()
-    if reasoning is None or body.constraint is None:
-        return reasoning, ""
+    if reasoning is None:
+        return None, ""
     tail = state.tokenizer.decode(prompt[-PROMPT_TAIL_TOKENS:], skip_special_tokens=False)
     marker = reasoning.grammar_starts_after(tail)
-    return (reasoning, marker) if marker is not None else (None, "")
+    if marker is None:
+        return None, ""
+    return reasoning, marker if body.constraint is not None else ""

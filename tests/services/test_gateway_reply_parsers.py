@@ -21,6 +21,7 @@ from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolPara
 from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
 
 from tests.services.gateway_stack import KEY, MODEL, healthy, start_gateway
+from tests.unit.gateway.test_template_kwargs import THINKING_TEMPLATE
 from treespec.shared.launcher.ports import free_port
 
 pytestmark = pytest.mark.slow
@@ -239,12 +240,11 @@ def test_structured_output_holds_on_the_answer_after_the_thinking(auto_client: o
 
 
 def _parser_gateway(
-    parser: str, model_path: Path, verifier: int, tmp_path_factory: pytest.TempPathFactory
+    flags: tuple[str, ...], model_path: Path, verifier: int, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[openai.OpenAI]:
-    """A gateway reading replies with `parser`, with its SDK client."""
+    """A gateway reading replies as `flags` say, with its SDK client."""
     port = free_port()
-    flags = ("--tool-call-parser", parser)
-    service = start_gateway(model_path, verifier, port, tmp_path_factory.mktemp(parser), (KEY,), flags)
+    service = start_gateway(model_path, verifier, port, tmp_path_factory.mktemp("parsing"), (KEY,), flags)
     yield openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0, timeout=120)
     service.stop()
 
@@ -253,7 +253,7 @@ def _parser_gateway(
 def mistral_client(
     model_path: Path, verifier: int, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[openai.OpenAI]:
-    yield from _parser_gateway("mistral", model_path, verifier, tmp_path_factory)
+    yield from _parser_gateway(("--tool-call-parser", "mistral"), model_path, verifier, tmp_path_factory)
 
 
 def test_a_parser_whose_markers_are_special_tokens_reads_them(
@@ -277,7 +277,7 @@ def test_a_parser_whose_markers_are_special_tokens_reads_them(
 def coder_client(
     model_path: Path, verifier: int, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[openai.OpenAI]:
-    yield from _parser_gateway("qwen3_coder", model_path, verifier, tmp_path_factory)
+    yield from _parser_gateway(("--tool-call-parser", "qwen3_coder"), model_path, verifier, tmp_path_factory)
 
 
 def _coder_call(city: str, days: int) -> str:
@@ -311,3 +311,29 @@ def test_qwen3_coder_calls_are_read_by_the_request_s_tool_schemas(coder_client: 
     (call,) = choice.message.tool_calls or []
     assert call.function.name == "get_forecast"
     assert json.loads(call.function.arguments) == {"city": "Paris", "days": 5}
+
+
+@pytest.fixture(scope="module")
+def r1_client(
+    model_path: Path, verifier: int, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[openai.OpenAI]:
+    template = tmp_path_factory.mktemp("template") / "thinking.jinja"
+    template.write_text(THINKING_TEMPLATE)
+    flags = ("--reasoning-parser", "deepseek_r1", "--chat-template", str(template))
+    yield from _parser_gateway(flags, model_path, verifier, tmp_path_factory)
+
+
+def test_reasoning_the_template_closed_in_the_prompt_is_not_split_off(r1_client: openai.OpenAI) -> None:
+    """deepseek_r1 reads an output without </think> as reasoning (its template opens <think> in the
+    prompt); where the template closed the thinking in the prompt instead (enable_thinking false, as
+    Qwen3's and DeepSeek V3.1's do), the whole output is the answer."""
+    kwargs: Any = {"model": MODEL, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 6}
+    thinking = r1_client.chat.completions.create(temperature=0, **kwargs).choices[0].message
+    assert thinking.content is None and (thinking.model_extra or {}).get("reasoning_content")
+    off: Any = {"chat_template_kwargs": {"enable_thinking": False}}
+    answer = r1_client.chat.completions.create(temperature=0, extra_body=off, **kwargs).choices[0].message
+    assert answer.content and not (answer.model_extra or {}).get("reasoning_content")
+    streamed = r1_client.chat.completions.create(temperature=0, stream=True, extra_body=off, **kwargs)
+    deltas = [c.choices[0].delta for c in streamed if c.choices]
+    assert "".join(d.content or "" for d in deltas) == answer.content
+    assert not any((d.model_extra or {}).get("reasoning_content") for d in deltas)

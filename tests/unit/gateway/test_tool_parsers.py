@@ -15,7 +15,9 @@ from treespec.gateway.text_markers import held_back
 from treespec.gateway.tool_parsers import TOOL_CALL_PARSERS
 from treespec.gateway.tool_parsers.base import ParsedCall, Piece, ToolCallParser, call_from_json
 from treespec.gateway.tool_parsers.deepseek import DeepSeekV3Parser, DeepSeekV31Parser
+from treespec.gateway.tool_parsers.glm45 import Glm45Parser
 from treespec.gateway.tool_parsers.hermes import HermesParser
+from treespec.gateway.tool_parsers.kimi_k2 import KimiK2Parser
 from treespec.gateway.tool_parsers.llama3_json import Llama3JsonParser
 from treespec.gateway.tool_parsers.mistral import MistralParser
 from treespec.gateway.tool_parsers.pythonic import PythonicParser
@@ -55,11 +57,14 @@ def test_the_registry_names_each_parser() -> None:
         "qwen3_coder": Qwen3CoderParser,
         "deepseek_v3": DeepSeekV3Parser,
         "deepseek_v31": DeepSeekV31Parser,
+        "glm45": Glm45Parser,
+        "kimi_k2": KimiK2Parser,
     }
     assert [n for n, p in TOOL_CALL_PARSERS.items() if p.keeps_special_tokens] == [
         "mistral",
         "deepseek_v3",
         "deepseek_v31",
+        "kimi_k2",
     ]
 
 
@@ -158,7 +163,7 @@ def test_llama3_json_streams_text_once_it_cannot_be_a_call() -> None:
 
 def test_a_gateway_config_names_a_known_parser() -> None:
     assert GatewayConfig(("h:1",), Path("m"), tool_call_parser="hermes").tool_call_parser == "hermes"
-    with pytest.raises(ValueError, match=r"unknown tool-call parser 'qwen'.*hermes, llama3_json"):
+    with pytest.raises(ValueError, match=r"unknown tool-call parser 'qwen'.*hermes, kimi_k2, llama3_json"):
         GatewayConfig(("h:1",), Path("m"), tool_call_parser="qwen")
 
 
@@ -346,3 +351,53 @@ def _xml(name: str, **values: str) -> str:
 )
 def test_qwen3_coder_reads_its_xml_calls_by_the_tools_schemas(text: str, pieces: list[Piece]) -> None:
     _reads_alike(Qwen3CoderParser([EDIT_TOOL]), text, pieces)
+
+
+def _glm(name: str, **values: str) -> str:
+    arguments = "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{v}</arg_value>\n" for k, v in values.items())
+    return f"<tool_call>{name}\n{arguments}</tool_call>"
+
+
+@pytest.mark.parametrize(
+    ("text", "pieces"),
+    [
+        ("Plain answer.", ["Plain answer."]),
+        (
+            "Editing.\n" + _glm("edit", path="007.py", line="12", scale="1e3", lines='["x"]') + _glm("ping"),
+            ["Editing.\n", _call("edit", path="007.py", line=12, scale=1000.0, lines=["x"]), _call("ping")],
+        ),
+        (_glm("edit", note="two\nlines", dry_run="false"), [_call("edit", note="two\nlines", dry_run=False)]),
+        _text("<tool_call>edit\nstray text</tool_call>"),
+        _text("<tool_call></tool_call>"),
+    ],
+)
+def test_glm45_reads_its_argument_pairs_by_the_tools_schemas(text: str, pieces: list[Piece]) -> None:
+    _reads_alike(Glm45Parser([EDIT_TOOL]), text, pieces)
+
+
+SECTION, SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
+WEATHER_ARGS, TIME_ARGS = '{"city": "Paris", "unit": "C"}', '{"zone": "UTC"}'
+
+
+def _kimi(index: int, name: str, arguments: str) -> str:
+    head = f"<|tool_call_begin|>functions.{name}:{index}<|tool_call_argument_begin|>"
+    return f"{head}{arguments}<|tool_call_end|>"
+
+
+@pytest.mark.parametrize(
+    ("text", "pieces"),
+    [
+        ("No call.", ["No call."]),
+        (
+            f"Checking.{SECTION}{_kimi(0, 'get_weather', WEATHER_ARGS)}{_kimi(1, 'get_time', TIME_ARGS)}"
+            + SECTION_END,
+            ["Checking.", WEATHER_CALL, TIME_CALL],
+        ),
+        (f"{SECTION}\n{_kimi(0, 'get_time', TIME_ARGS)}\n", [TIME_CALL]),  # the section left open
+        _text(f"{SECTION}{_kimi(0, 'get_time', '{broken')}{SECTION_END}"),
+        _text(f"{SECTION}{_kimi(0, 'get_time', '{}')}{SECTION_END} and more"),
+        _text(f"{SECTION}nothing{SECTION_END}"),
+    ],
+)
+def test_kimi_k2_reads_its_call_section(text: str, pieces: list[Piece]) -> None:
+    _reads_alike(KimiK2Parser(), text, pieces)
