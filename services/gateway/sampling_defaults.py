@@ -36,6 +36,7 @@ KEYS = {
 MODEL_SOURCE = "auto"  # the model folder's generation_config.json
 NO_DEFAULTS = ("vllm", "openai", "none")  # OpenAI's defaults: nothing read
 FILE_NAME = "generation_config.json"
+OPENAI_DEFAULT = 1.0  # OpenAI's temperature and top_p where a request sets none
 
 Body = TypeVar("Body", bound=SamplingFields)
 
@@ -92,6 +93,14 @@ class SamplingDefaults:
             if k != "max_tokens" and getattr(body, k) is None
         }
         return body.model_copy(update=update) if update else body
+
+    def reported(self, temperature: float | None, top_p: float | None) -> tuple[float, float]:
+        """The temperature and top_p a request samples with, as a Responses API response reports them:
+        its own, else these defaults, else OpenAI's (1 and 1)."""
+        return (
+            next(v for v in (temperature, self.temperature, OPENAI_DEFAULT) if v is not None),
+            next(v for v in (top_p, self.top_p, OPENAI_DEFAULT) if v is not None),
+        )
 
     def token_limit(self, body: SamplingFields, limit: int | None) -> int | None:
         """The request's token limit: `limit` where the client set one, else the least of the

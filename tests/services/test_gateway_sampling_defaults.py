@@ -51,6 +51,14 @@ def test_a_request_leaving_fields_out_samples_with_the_model_s_defaults(
     )
     exact = client.completions.create(model=MODEL, prompt=COUNTING, max_tokens=8, temperature=0)
     assert any(c.text != exact.choices[0].text for c in wild.choices)
+    # A Responses API response tells what it sampled with: the defaults here, OpenAI's 1 and 1 there.
+    told = other.responses.create(model=MODEL, input="Say hi.", max_output_tokens=2)
+    assert (told.temperature, told.top_p) == (1.2, 1.0)
+    assert told.usage is not None and told.usage.output_tokens <= 2
+    plain = client.responses.create(model=MODEL, input="Say hi.", max_output_tokens=2)
+    assert (plain.temperature, plain.top_p) == (1.0, 1.0)
+    own = client.responses.create(model=MODEL, input="Say hi.", max_output_tokens=2, temperature=0)
+    assert own.temperature == 0.0
 
 
 def test_the_defaults_are_told_as_sglang_s_preferred_sampling_params(

@@ -49,7 +49,10 @@ async def create_response(
     chat = body.chat_request(earlier)
     run, replies = await start_chat(state, chat, "resp_", "input", "max_output_tokens")
     lp_format = LogprobFormat(state.tokenizer.token_texts) if body.logprobs else None
-    job = ResponseJob(body, run, replies, state.responses, earlier, lp_format, state.conversations)
+    # The response tells the temperature and top_p it was sampled with, as OpenAI's does.
+    temperature, top_p = state.config.sampling_defaults.reported(body.temperature, body.top_p)
+    told = body.model_copy(update={"temperature": temperature, "top_p": top_p})
+    job = ResponseJob(told, run, replies, state.responses, earlier, lp_format, state.conversations)
     if body.background and body.streams:  # followed by this request, and later by any other
         events_log = await state.background.start_streamed(job, run.events())
         return event_stream(sse_events(events_log.follow()))

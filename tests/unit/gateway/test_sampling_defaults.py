@@ -151,3 +151,10 @@ def test_serve_hands_the_flags_to_its_gateway(tmp_path: Path) -> None:
         gateway_argv("--override-generation-config", '{"beams": 4}')
     with pytest.raises(ServeFlagsError, match=r"no generation_config\.json"):
         gateway_argv("--generation-config", str(tmp_path))
+
+
+def test_a_response_reports_what_it_samples_with() -> None:
+    """Its own temperature and top_p, else the model's defaults, else OpenAI's 1 and 1."""
+    assert SamplingDefaults().reported(None, None) == (1.0, 1.0)
+    assert SamplingDefaults(temperature=0.7, top_p=0.8).reported(None, None) == (0.7, 0.8)
+    assert SamplingDefaults(temperature=0.7).reported(0.0, 0.5) == (0.0, 0.5)
