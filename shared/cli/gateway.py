@@ -13,9 +13,11 @@ from treespec.gateway.config import (
     DEFAULT_RESPONSES_STORE_TTL_S,
 )
 from treespec.gateway.cors import ANY, CorsPolicy, string_list
+from treespec.gateway.reasoning_parsers import ALIASES as REASONING_ALIASES
 from treespec.gateway.reasoning_parsers import REASONING_PARSERS
 from treespec.gateway.sampling_defaults import SamplingDefaults, load_sampling_defaults
 from treespec.gateway.tls import CERT_REQS, TlsFiles, tls_files
+from treespec.gateway.tool_parsers import ALIASES as TOOL_CALL_ALIASES
 from treespec.gateway.tool_parsers import TOOL_CALL_PARSERS
 from treespec.shared.cli.arg_types import json_object, non_negative_int, port, positive_int
 from treespec.shared.model.store import models_dir, resolve_model_path
@@ -235,13 +237,16 @@ def add_reply_parser_arguments(p: argparse.ArgumentParser) -> None:
     does the same) and for thinking models' reasoning."""
     p.add_argument(
         "--reasoning-parser",
+        type=lambda name: REASONING_ALIASES.get(name, name),
         choices=sorted(REASONING_PARSERS),
         default=None,
         help="split a thinking model's <think> reasoning off its answer, into reasoning_content "
-        "(deepseek_r1: reasoning until </think>; qwen3: only after a leading <think>); default: all text",
+        "(deepseek_r1, deepseek_v3, qwen3_thinking: reasoning until </think>; qwen3, glm45: only after "
+        "a leading <think>; SGLang's spellings such as deepseek-r1 too); default: all text",
     )
     p.add_argument(
         "--tool-call-parser",
+        type=lambda name: TOOL_CALL_ALIASES.get(name, name),
         choices=sorted(TOOL_CALL_PARSERS),
         default=None,
         help="the model's tool-call format, read out of its replies for tool_choice 'auto' (hermes: "

@@ -1,4 +1,4 @@
-"""`<think>...</think>` reasoning, as DeepSeek-R1 and Qwen3 write it.
+"""`<think>...</think>` reasoning, as DeepSeek-R1, Qwen3 and GLM-4.5 write it.
 
 deepseek_r1: the output is reasoning until `</think>` (its chat template may already have opened
 `<think>` in the prompt, so the output need not hold it); an output without `</think>` is all
@@ -32,6 +32,25 @@ class Qwen3Parser(ReasoningParser):
 
     def reader(self) -> ReasoningReader:
         return ThinkReader(reasons_without_start=False)
+
+
+class DeepSeekV3Parser(DeepSeekR1Parser):
+    """DeepSeek V3.1 and later (hybrid): R1's reading; with thinking off, the template closes the
+    thinking in the prompt, and the whole output is the answer (chat_start.py)."""
+
+    name = "deepseek_v3"
+
+
+class Qwen3ThinkingParser(DeepSeekR1Parser):
+    """Qwen3's thinking-only models (-Thinking-2507): their template opens <think> in the prompt."""
+
+    name = "qwen3_thinking"
+
+
+class Glm45Parser(Qwen3Parser):
+    """GLM-4.5 and 4.6: Qwen3's reading (thinking off: no <think> at all)."""
+
+    name = "glm45"
 
 
 class ThinkReader(ReasoningReader):

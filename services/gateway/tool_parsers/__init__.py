@@ -1,4 +1,5 @@
-"""Tool-call parsers for tool_choice "auto", by the names `--tool-call-parser` takes."""
+"""Tool-call parsers for tool_choice "auto", by the names `--tool-call-parser` takes (vLLM's; SGLang's
+names for the same formats too: ALIASES)."""
 
 from __future__ import annotations
 
@@ -25,4 +26,10 @@ TOOL_CALL_PARSERS: dict[str, type[ToolCallParser]] = {
         Glm45Parser,
         KimiK2Parser,
     )
+}
+ALIASES = {
+    "qwen25": "hermes",
+    "llama3": "llama3_json",
+    "deepseekv3": "deepseek_v3",
+    "deepseekv31": "deepseek_v31",
 }

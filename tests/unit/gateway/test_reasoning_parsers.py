@@ -12,7 +12,13 @@ from tests.unit.gateway.text_pieces import random_pieces
 from treespec.gateway.config import GatewayConfig
 from treespec.gateway.reasoning_parsers import REASONING_PARSERS
 from treespec.gateway.reasoning_parsers.base import Part, ReasoningParser
-from treespec.gateway.reasoning_parsers.think import DeepSeekR1Parser, Qwen3Parser
+from treespec.gateway.reasoning_parsers.think import (
+    DeepSeekR1Parser,
+    DeepSeekV3Parser,
+    Glm45Parser,
+    Qwen3Parser,
+    Qwen3ThinkingParser,
+)
 
 
 def _split(parser: ReasoningParser, pieces: list[str]) -> tuple[str, str]:
@@ -53,7 +59,8 @@ def test_the_thinking_is_split_off_the_answer(
     text: str, deepseek: tuple[str, str], qwen3: tuple[str, str] | None
 ) -> None:
     qwen3 = qwen3 if qwen3 is not None else ("", text)
-    for parser, expected in ((DeepSeekR1Parser(), deepseek), (Qwen3Parser(), qwen3)):
+    readings = [(p(), deepseek) for p in (DeepSeekR1Parser, DeepSeekV3Parser, Qwen3ThinkingParser)]
+    for parser, expected in [*readings, (Qwen3Parser(), qwen3), (Glm45Parser(), qwen3)]:
         assert _split(parser, [text]) == expected
         for seed in range(20):
             assert _split(parser, random_pieces(text, random.Random(seed))) == expected
@@ -71,11 +78,36 @@ def test_a_marker_being_written_is_held_back() -> None:
 def test_the_registry_and_the_config_name_each_parser() -> None:
     assert {name: type(p()) for name, p in REASONING_PARSERS.items()} == {
         "deepseek_r1": DeepSeekR1Parser,
+        "deepseek_v3": DeepSeekV3Parser,
         "qwen3": Qwen3Parser,
+        "qwen3_thinking": Qwen3ThinkingParser,
+        "glm45": Glm45Parser,
     }
     assert GatewayConfig(("h:1",), Path("m"), reasoning_parser="qwen3").reasoning_parser == "qwen3"
-    with pytest.raises(ValueError, match=r"unknown reasoning parser 'o1' \(known: deepseek_r1, qwen3\)"):
+    with pytest.raises(ValueError, match=r"unknown reasoning parser 'o1' \(known: deepseek_r1, deepseek_v3"):
         GatewayConfig(("h:1",), Path("m"), reasoning_parser="o1")
+
+
+def test_sglang_s_names_for_the_parsers_are_taken() -> None:
+    """SGLang's spellings (deepseek-r1, qwen25, llama3, deepseekv3...) name the same parsers."""
+    from treespec.shared.cli.main import build_parser
+
+    def parsed(*flags: str) -> tuple[str | None, str | None]:
+        ns = build_parser().parse_args(["gateway", "--verifier-address", "127.0.0.1:1", *flags])
+        return ns.reasoning_parser, ns.tool_call_parser
+
+    assert parsed("--reasoning-parser", "deepseek-r1", "--tool-call-parser", "qwen25") == (
+        "deepseek_r1",
+        "hermes",
+    )
+    assert parsed("--reasoning-parser", "qwen3-thinking", "--tool-call-parser", "llama3") == (
+        "qwen3_thinking",
+        "llama3_json",
+    )
+    assert parsed("--tool-call-parser", "deepseekv31") == (None, "deepseek_v31")
+    assert parsed("--reasoning-parser", "glm45", "--tool-call-parser", "glm45") == ("glm45", "glm45")
+    with pytest.raises(SystemExit):
+        parsed("--tool-call-parser", "o1")
 
 
 @pytest.mark.parametrize("parser", [DeepSeekR1Parser(), Qwen3Parser()])
