@@ -59,6 +59,8 @@ class GatewayConfig:
     cors: CorsPolicy = field(default_factory=CorsPolicy)
     tls: TlsFiles | None = None  # HTTPS with these files; None: plain HTTP
     request_id_headers: bool = False  # answers carry X-Request-Id (vLLM's --enable-request-id-headers)
+    http_log_level: str = "info"  # uvicorn's own log (vLLM's --uvicorn-log-level)
+    access_log: bool = True  # a line per HTTP request (vLLM's --disable-uvicorn-access-log turns it off)
 
     def __post_init__(self) -> None:
         if not self.verifier_addresses:

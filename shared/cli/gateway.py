@@ -91,9 +91,12 @@ def add_served_model_name_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+UVICORN_LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
+
 def add_cors_arguments(p: argparse.ArgumentParser) -> None:
     """vLLM's flags for cross-origin calls from browsers (by default any origin, as vLLM and SGLang),
-    and for request ids in the answers' headers."""
+    for the HTTP server's log, and for request ids in the answers' headers."""
     for flag, what in (("origins", "origins"), ("methods", "HTTP methods"), ("headers", "request headers")):
         p.add_argument(
             f"--allowed-{flag}",
@@ -107,6 +110,17 @@ def add_cors_arguments(p: argparse.ArgumentParser) -> None:
         "--allow-credentials",
         action="store_true",
         help="let cross-origin calls carry cookies and HTTP authentication (default: not)",
+    )
+    p.add_argument(
+        "--uvicorn-log-level",
+        choices=UVICORN_LOG_LEVELS,
+        default="info",
+        help="the HTTP server's log level (vLLM's; default: info)",
+    )
+    p.add_argument(
+        "--disable-uvicorn-access-log",
+        action="store_true",
+        help="no log line per HTTP request (vLLM's)",
     )
     p.add_argument(
         "--enable-request-id-headers",
@@ -304,6 +318,8 @@ def _run(ns: argparse.Namespace) -> int:
         cors=cors_policy(ns),
         tls=tls,
         request_id_headers=ns.enable_request_id_headers,
+        http_log_level=ns.uvicorn_log_level,
+        access_log=not ns.disable_uvicorn_access_log,
     )
     provider = build_tracer_provider("treespec-gateway")
     install_tracer_provider(provider)

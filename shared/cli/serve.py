@@ -92,6 +92,8 @@ class ServeConfig:
     cors: CorsPolicy = field(default_factory=CorsPolicy)  # the gateway's cross-origin flags
     tls: TlsFiles | None = None  # the gateway's HTTPS files (None: plain HTTP)
     request_id_headers: bool = False  # the gateway's --enable-request-id-headers
+    http_log_level: str = "info"  # the gateway's --uvicorn-log-level
+    access_log: bool = True  # not the gateway's --disable-uvicorn-access-log
     node_cost: float | None = None  # None: the verifier measures it
     tree_cost: float | None = None  # with node_cost only
     # For COLOCATED_ALGORITHMS: the verifier's co-location socket, in a private (0700) directory.
@@ -192,7 +194,8 @@ def add_serve_arguments(p: argparse.ArgumentParser, listening: bool = True) -> N
         p.set_defaults(host="127.0.0.1", port=None, verifier_port=None, drafter_port=None)
         p.set_defaults(verifier_metrics_port=None, api_key=[])
         p.set_defaults(allowed_origins=ANY, allowed_methods=ANY, allowed_headers=ANY, allow_credentials=False)
-        p.set_defaults(enable_request_id_headers=False)
+        p.set_defaults(enable_request_id_headers=False, uvicorn_log_level="info")
+        p.set_defaults(disable_uvicorn_access_log=True)  # a stack of its own: no line per request
         p.set_defaults(ssl_keyfile=None, ssl_certfile=None, ssl_ca_certs=None, ssl_cert_reqs=0)
     p.add_argument(
         "--speculative-algorithm", default=DEFAULT_ALGORITHM, help="drafter to run (NONE: plain decoding)"
@@ -291,6 +294,8 @@ def serve_config(ns: argparse.Namespace) -> ServeConfig:
         cors=cors_policy(ns),
         tls=tls,
         request_id_headers=ns.enable_request_id_headers,
+        http_log_level=ns.uvicorn_log_level,
+        access_log=not ns.disable_uvicorn_access_log,
         drafter_options=options,
         node_cost=budget.node_cost,
         tree_cost=budget.tree_cost,
@@ -389,6 +394,9 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
     gateway += c.cors.argv()
     if c.request_id_headers:
         gateway += ["--enable-request-id-headers"]
+    gateway += ["--uvicorn-log-level", c.http_log_level]
+    if not c.access_log:
+        gateway += ["--disable-uvicorn-access-log"]
     if c.tls is not None:
         gateway += c.tls.argv()
     if c.responses_store_url is not None:

@@ -1,5 +1,5 @@
-"""The cross-origin policy's flags and --enable-request-id-headers (vLLM's): parsed, and handed by
-`treespec serve` to its gateway."""
+"""The cross-origin policy's flags, --enable-request-id-headers and the HTTP log's flags (vLLM's):
+parsed, and handed by `treespec serve` to its gateway."""
 
 from __future__ import annotations
 
@@ -27,16 +27,19 @@ def test_the_policy_travels_as_flags() -> None:
     from treespec.shared.cli.serve import serve_config, services
 
     flags = ["--allowed-origins", '["https://a.example"]', "--allowed-headers", "[]", "--allow-credentials"]
-    config = serve_config(build_parser().parse_args(["serve", *flags, "--enable-request-id-headers"]))
+    logs = ["--enable-request-id-headers", "--disable-uvicorn-access-log", "--uvicorn-log-level", "error"]
+    config = serve_config(build_parser().parse_args(["serve", *flags, *logs]))
     assert config.cors == CorsPolicy(("https://a.example",), ("*",), (), True)
     gateway = list(services(config)[-1].argv)
     assert CorsPolicy().argv() == []
     ns = build_parser().parse_args([*gateway, "--verifier-address", "127.0.0.1:1"])
     assert cors_policy(ns) == config.cors and ns.enable_request_id_headers
+    assert (ns.disable_uvicorn_access_log, ns.uvicorn_log_level) == (True, "error")
     quiet = services(serve_config(build_parser().parse_args(["serve"])))[-1].argv
     assert "--enable-request-id-headers" not in quiet
     # run-batch's stack is its own, on loopback: the defaults, and no such flag.
     batch = build_parser().parse_args(["run-batch", "-i", "in.jsonl", "-o", "out.jsonl"])
     assert serve_config(batch).cors == CorsPolicy()
+    assert not serve_config(batch).access_log  # its own stack: no line per batch request
     with pytest.raises(SystemExit):
         build_parser().parse_args(["run-batch", "-i", "a", "-o", "b", "--allowed-origins", "[]"])
