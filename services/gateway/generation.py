@@ -100,6 +100,7 @@ class ChoiceJob:
     stop_regexes: tuple[str, ...] = ()  # SGLang's stop_regex: patterns that stop it as stop strings do
     skip_special_tokens: bool = True  # special tokens add no text (vLLM's extension)
     prompt_logprobs: bool = False  # the first event carries the prompt's log-probabilities (vLLM's)
+    echo_only: bool = False  # the echo and nothing after it (completions' max_tokens 0)
 
 
 class ChunkSource(Protocol):
@@ -141,6 +142,9 @@ async def run_choice(
             if echo is not None:
                 yield delta(echo, _echo_entries(job.request, prompt_entries))
                 echo = None
+                if job.echo_only:  # the prompt scored: the token the verifier made is dropped
+                    yield ChoiceEnd(job.index, "length", 0, None, prompt_logprobs=prompt)
+                    return
             entries = chunk.logprobs if len(chunk.logprobs) == len(chunk.token_ids) else None
             # The chunk's tokens (a verify step's accepted ones come together) go out as one delta, as
             # vLLM and SGLang stream a step: a delta per token cost the gateway an event each.

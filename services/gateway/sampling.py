@@ -93,8 +93,9 @@ def choice_jobs(
         frozenset() if body.ignore_eos else frozenset(info.eos_token_ids)
     )
     jobs = []
+    echo_only = echoes is not None and token_limit == 0  # the verifier makes one token, never sent
     for p, prompt_ids in enumerate(prompts):
-        max_new = _max_new_tokens(token_limit, len(prompt_ids), info.context_length)
+        max_new = max(1, _max_new_tokens(token_limit, len(prompt_ids), info.context_length))
         for i in range(body.n):
             index = p * body.n + i
             request = verifier_pb2.GenerateRequest(
@@ -118,6 +119,7 @@ def choice_jobs(
                 stop_regexes=body.stop_patterns,
                 skip_special_tokens=body.skip_special_tokens,
                 prompt_logprobs=body.prompt_logprobs is not None,
+                echo_only=echo_only,
             )
             jobs.append(job)
     return jobs

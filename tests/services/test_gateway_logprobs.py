@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 import torch
@@ -150,6 +151,28 @@ def test_echo_without_logprobs_and_streamed(client: openai.OpenAI) -> None:
     )
     texts = [chunk.choices[0].text for chunk in stream if chunk.choices]
     assert texts[0] == "Hello" and "".join(texts) == whole.choices[0].text
+
+
+def test_max_tokens_0_with_echo_scores_the_prompt_alone(client: openai.OpenAI, http: httpx.Client) -> None:
+    """OpenAI's legacy prompt scoring (and older lm-evaluation-harness's loglikelihood payload):
+    `max_tokens: 0` with `echo` sends the prompt back with its tokens' log-probabilities, the same
+    as with one token generated, and nothing after it; without echo it is a 400."""
+    prompt = "The capital of France is"
+    scored = client.completions.create(model=MODEL, prompt=prompt, max_tokens=0, logprobs=1, echo=True)
+    one = client.completions.create(
+        model=MODEL, prompt=prompt, max_tokens=1, temperature=0, logprobs=1, echo=True
+    )
+    choice, lp, lp_one = scored.choices[0], scored.choices[0].logprobs, one.choices[0].logprobs
+    assert choice.text == prompt and choice.finish_reason == "length"
+    assert lp is not None and lp_one is not None and lp_one.tokens and lp_one.token_logprobs
+    assert lp.tokens == lp_one.tokens[:-1] and lp.token_logprobs == lp_one.token_logprobs[:-1]
+    assert scored.usage is not None and one.usage is not None
+    assert (scored.usage.completion_tokens, scored.usage.prompt_tokens) == (0, one.usage.prompt_tokens)
+    streamed = client.completions.create(model=MODEL, prompt=prompt, max_tokens=0, echo=True, stream=True)
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == prompt
+    refused = http.post("/v1/completions", json={"model": MODEL, "prompt": prompt, "max_tokens": 0})
+    error = refused.json()["error"]
+    assert refused.status_code == 400 and "'max_tokens' 0" in error["message"] and error["param"] == "echo"
 
 
 def test_lm_evaluation_harness_loglikelihood_requests(

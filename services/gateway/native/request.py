@@ -19,9 +19,10 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
+from treespec.gateway.completion_request import CompletionRequest
 from treespec.gateway.errors import APIError, validation_error
 from treespec.gateway.schema_types import STRICT, TokenId, UnicodeText
-from treespec.gateway.schemas import INT32_MAX, INT32_MIN, MAX_CHOICES, CompletionRequest
+from treespec.gateway.schemas import INT32_MAX, INT32_MIN, MAX_CHOICES, MAX_TOKENS_LIMIT
 from treespec.shared.rpc.limits import MAX_TOP_LOGPROBS
 
 DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's
@@ -165,6 +166,7 @@ class NativeCompletion(CompletionRequest):
     """A completion that also returns its prompt's log-probabilities without echoing the prompt."""
 
     input_logprobs: bool = False
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)  # SGLang's max_new_tokens: 1 on
     # Where the request's max_new_tokens stands, for an error about it (SGLang refuses one beyond the
     # context too, its default of 128 included).
     _limit_field: str = PrivateAttr(default="sampling_params.max_new_tokens")

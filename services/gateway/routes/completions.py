@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
+from treespec.gateway.completion_request import CompletionRequest
 from treespec.gateway.disconnect import cancel_on_disconnect
 from treespec.gateway.errors import APIError
 from treespec.gateway.generation import Event, TextDelta
@@ -23,7 +24,6 @@ from treespec.gateway.responses import (
     PromptLogprobs,
 )
 from treespec.gateway.run import GenerationRun
-from treespec.gateway.schemas import CompletionRequest
 from treespec.gateway.sse import DONE, StreamUsage, event_stream, primed, sse_chunk, sse_error
 from treespec.gateway.state import GatewayState, gateway_state
 from treespec.gateway.token_ids_out import StreamTokenIds

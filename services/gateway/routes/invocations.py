@@ -10,10 +10,11 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
+from treespec.gateway.completion_request import CompletionRequest
 from treespec.gateway.errors import APIError, validation_error
 from treespec.gateway.routes.chat import chat_completions
 from treespec.gateway.routes.completions import completions
-from treespec.gateway.schemas import ChatCompletionRequest, CompletionRequest
+from treespec.gateway.schemas import ChatCompletionRequest
 from treespec.gateway.state import GatewayState, gateway_state
 
 router = APIRouter()

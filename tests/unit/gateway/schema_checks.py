@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from treespec.gateway.completion_request import CompletionRequest
 from treespec.gateway.errors import validation_error
-from treespec.gateway.schemas import ChatCompletionRequest, CompletionRequest
+from treespec.gateway.schemas import ChatCompletionRequest
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 

@@ -6,11 +6,12 @@ import json
 
 import pytest
 
+from treespec.gateway.completion_request import CompletionRequest
 from treespec.gateway.errors import APIError
 from treespec.gateway.native.request import NativeGenerateRequest
 from treespec.gateway.run import _limit_param
 from treespec.gateway.sampling import check_prompt, check_token_limit, choice_jobs, derive_seed, truncated
-from treespec.gateway.schemas import ChatCompletionRequest, CompletionRequest
+from treespec.gateway.schemas import ChatCompletionRequest
 from treespec.gateway.verifier_client import ModelInfo, channel_target
 
 INFO = ModelInfo("m", vocab_size=100, context_length=50, eos_token_ids=(2,), speculative_algorithm="")

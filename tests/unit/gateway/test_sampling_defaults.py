@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from treespec.gateway.completion_request import CompletionRequest
 from treespec.gateway.sampling_defaults import SamplingDefaults, load_sampling_defaults
-from treespec.gateway.schemas import ChatCompletionRequest, CompletionRequest
+from treespec.gateway.schemas import ChatCompletionRequest
 from treespec.shared.cli.gateway import sampling_defaults
 from treespec.shared.cli.main import build_parser
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from tests.unit.gateway.schema_checks import CALL as _CALL
 from tests.unit.gateway.schema_checks import MESSAGES, SDK_ASSISTANT
 from tests.unit.gateway.schema_checks import chat as _chat
 from tests.unit.gateway.schema_checks import refusal as _refusal
+from treespec.gateway.completion_request import CompletionRequest
 from treespec.gateway.errors import validation_error
-from treespec.gateway.schemas import ChatCompletionRequest, CompletionRequest
+from treespec.gateway.schemas import ChatCompletionRequest
 
 
 def test_a_typical_chat_request() -> None:
@@ -425,3 +427,12 @@ def test_vllm_s_switches_are_taken_where_they_change_nothing() -> None:
         "unknown_parameter",
         "beam_width",
     )
+
+
+def test_max_tokens_0_scores_the_prompt_with_echo_only() -> None:
+    scoring = CompletionRequest.model_validate({"model": "m", "prompt": "hi", "max_tokens": 0, "echo": True})
+    assert scoring.echo_only and scoring.token_limit == 0
+    assert not CompletionRequest.model_validate({"model": "m", "prompt": "hi"}).echo_only
+    for body in ({"max_tokens": 0}, {"max_tokens": 0, "echo": False}, {"max_tokens": -1, "echo": True}):
+        with pytest.raises(ValidationError):
+            CompletionRequest.model_validate({"model": "m", "prompt": "hi", **body})

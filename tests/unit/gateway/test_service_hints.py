@@ -12,10 +12,11 @@ from pydantic import ValidationError
 from tests.unit.gateway.schema_checks import MESSAGES
 from tests.unit.gateway.schema_checks import chat as _chat
 from tests.unit.gateway.schema_checks import refusal as _refusal
+from treespec.gateway.completion_request import CompletionRequest
 from treespec.gateway.errors import validation_error
 from treespec.gateway.responses_api.request import ResponsesRequest
 from treespec.gateway.responses_api.response import response_body
-from treespec.gateway.schemas import ChatCompletionRequest, CompletionRequest
+from treespec.gateway.schemas import ChatCompletionRequest
 
 BREAKPOINT = {"mode": "explicit", "ttl": "12h"}
 
