@@ -24,6 +24,7 @@ from treespec.gateway.errors import APIError, install_error_handlers
 from treespec.gateway.guards import RequestGuard
 from treespec.gateway.metrics import GatewayMetrics, RequestCounter
 from treespec.gateway.request_ids import RequestIdHeader
+from treespec.gateway.request_log import RequestLog
 from treespec.gateway.responses_api.background import BackgroundResponses
 from treespec.gateway.responses_api.conversation_store import ConversationStore, MemoryConversationStore
 from treespec.gateway.responses_api.redis_conversations import RedisConversationStore
@@ -72,7 +73,17 @@ def create_app(
         )
         tracer = provider.get_tracer(TRACER_NAME)
         app.state.gateway = GatewayState(
-            config, tokenizer, verifier, metrics, tracer, responses, background, conversations, batches, chats
+            config,
+            tokenizer,
+            verifier,
+            metrics,
+            tracer,
+            responses,
+            background,
+            conversations,
+            batches,
+            chats,
+            request_log=RequestLog(config.max_log_len) if config.log_requests else None,
         )
         warm_up = asyncio.create_task(_warm_up(verifier))
         # Other replicas' orders about the background responses this one makes (a shared store).

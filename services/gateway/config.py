@@ -61,6 +61,8 @@ class GatewayConfig:
     request_id_headers: bool = False  # answers carry X-Request-Id (vLLM's --enable-request-id-headers)
     http_log_level: str = "info"  # uvicorn's own log (vLLM's --uvicorn-log-level)
     access_log: bool = True  # a line per HTTP request (vLLM's --disable-uvicorn-access-log turns it off)
+    log_requests: bool = False  # a line per generation as it starts and ends (vLLM's --enable-log-requests)
+    max_log_len: int | None = None  # prompt characters and tokens in those lines at most (None: all)
 
     def __post_init__(self) -> None:
         if not self.verifier_addresses:

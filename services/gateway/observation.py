@@ -18,6 +18,7 @@ from opentelemetry.trace import Span, Status, StatusCode, Tracer
 from treespec.gateway.generation import ChoiceEnd, Event
 from treespec.gateway.metrics import GatewayMetrics
 from treespec.gateway.outcome import Outcome
+from treespec.gateway.request_log import RequestLog
 from treespec.gateway.schemas import SamplingFields
 
 GEN_AI_SYSTEM = "treespec"
@@ -32,8 +33,11 @@ class Observation:
         body: SamplingFields,
         token_limit: int | None,
         response_id: str,
+        request_log: RequestLog | None = None,
     ) -> None:
         self._metrics = metrics
+        self._response_id = response_id
+        self._request_log = request_log
         self._start = time.perf_counter()
         self._first_output: float | None = None
         self.span: Span = tracer.start_span(
@@ -81,6 +85,8 @@ class Observation:
             if outcome.completion_tokens > 1:
                 m.time_per_output_token.observe((now - self._first_output) / (outcome.completion_tokens - 1))
         self.span.set_attributes(_outcome_attributes(outcome))
+        if self._request_log is not None:
+            self._request_log.ended(self._response_id, now - self._start, outcome)
 
     def _failed(self, exc: BaseException) -> None:
         error_type = type(exc).__name__
@@ -88,6 +94,9 @@ class Observation:
             self.span.record_exception(exc)
         self.span.set_attribute("error.type", error_type)
         self.span.set_status(Status(StatusCode.ERROR, str(exc) or error_type))
+        if self._request_log is not None:
+            elapsed = time.perf_counter() - self._start
+            self._request_log.ended(self._response_id, elapsed, None, str(exc) or error_type)
 
 
 def _request_attributes(

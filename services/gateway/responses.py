@@ -162,6 +162,8 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "treespec"
+    root: str | None = None  # the model the name serves (vLLM's: its path)
+    parent: str | None = None  # vLLM's: the base model of an adapter (none here)
     max_model_len: int | None = None
 
 

@@ -87,7 +87,12 @@ class GenerationRun:
             body, prompts, token_limit, info, unique, echoes, grammar_after, bad_words, prediction
         )
         outcome = Outcome(len(jobs), sum(len(p) for p in prompts), body.n, prediction)
-        observation = Observation(state.metrics, state.tracer, operation, body, token_limit, response_id)
+        requests = state.request_log
+        if requests is not None:
+            requests.started(response_id, operation, body, prompts, token_limit, state.tokenizer)
+        observation = Observation(
+            state.metrics, state.tracer, operation, body, token_limit, response_id, requests
+        )
         abort_rids = tuple(dict.fromkeys(r for r in (response_id, body.request_id) if r))
         return cls(response_id, int(time.time()), body.model, jobs, outcome, observation, state, abort_rids)
 

@@ -19,6 +19,7 @@ from treespec.gateway.metrics import GatewayMetrics
 from treespec.gateway.native.aborts import AbortRegistry
 from treespec.gateway.reasoning_parsers import REASONING_PARSERS
 from treespec.gateway.reasoning_parsers.base import ReasoningParser
+from treespec.gateway.request_log import RequestLog
 from treespec.gateway.responses_api.background import BackgroundResponses
 from treespec.gateway.responses_api.conversation_store import ConversationStore
 from treespec.gateway.responses_api.store import ResponseStore
@@ -43,6 +44,7 @@ class GatewayState:
     # When the gateway started: the model's `created`, the same in every answer.
     started: int = field(default_factory=lambda: int(time.time()))
     aborts: AbortRegistry = field(default_factory=AbortRegistry)  # SGLang's /abort_request, by rid
+    request_log: RequestLog | None = None  # a line per request (--enable-log-requests)
 
     @property
     def files(self) -> FileStore:

@@ -56,7 +56,25 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add_responses_store_argument(p)
     add_cors_arguments(p)
     add_tls_arguments(p)
+    add_request_log_arguments(p)
     p.set_defaults(handler=_run)
+
+
+def add_request_log_arguments(p: argparse.ArgumentParser) -> None:
+    """vLLM's flags for a log line per generation request."""
+    p.add_argument(
+        "--enable-log-requests",
+        action="store_true",
+        help="log each generation request as it starts (its prompt, tokens and sampling) and ends (its "
+        "tokens, finish and acceptance length); default: not, prompts being the clients' data",
+    )
+    p.add_argument(
+        "--max-log-len",
+        type=non_negative_int,
+        default=None,
+        metavar="N",
+        help="with --enable-log-requests: the prompt's characters and tokens logged at most (default: all)",
+    )
 
 
 def add_tls_arguments(p: argparse.ArgumentParser) -> None:
@@ -320,6 +338,8 @@ def _run(ns: argparse.Namespace) -> int:
         request_id_headers=ns.enable_request_id_headers,
         http_log_level=ns.uvicorn_log_level,
         access_log=not ns.disable_uvicorn_access_log,
+        log_requests=ns.enable_log_requests,
+        max_log_len=ns.max_log_len,
     )
     provider = build_tracer_provider("treespec-gateway")
     install_tracer_provider(provider)

@@ -25,6 +25,7 @@ from treespec.shared.cli.gateway import (
     add_chat_template_arguments,
     add_cors_arguments,
     add_reply_parser_arguments,
+    add_request_log_arguments,
     add_responses_store_argument,
     add_sampling_defaults_arguments,
     add_served_model_name_argument,
@@ -94,6 +95,8 @@ class ServeConfig:
     request_id_headers: bool = False  # the gateway's --enable-request-id-headers
     http_log_level: str = "info"  # the gateway's --uvicorn-log-level
     access_log: bool = True  # not the gateway's --disable-uvicorn-access-log
+    log_requests: bool = False  # the gateway's --enable-log-requests
+    max_log_len: int | None = None  # ... and --max-log-len
     node_cost: float | None = None  # None: the verifier measures it
     tree_cost: float | None = None  # with node_cost only
     # For COLOCATED_ALGORITHMS: the verifier's co-location socket, in a private (0700) directory.
@@ -223,6 +226,7 @@ def add_serve_arguments(p: argparse.ArgumentParser, listening: bool = True) -> N
     add_chat_template_arguments(p)
     add_sampling_defaults_arguments(p)
     add_responses_store_argument(p)
+    add_request_log_arguments(p)
     add_plugin_arguments(p)
     if listening:
         add_cors_arguments(p)
@@ -296,6 +300,8 @@ def serve_config(ns: argparse.Namespace) -> ServeConfig:
         request_id_headers=ns.enable_request_id_headers,
         http_log_level=ns.uvicorn_log_level,
         access_log=not ns.disable_uvicorn_access_log,
+        log_requests=ns.enable_log_requests,
+        max_log_len=ns.max_log_len,
         drafter_options=options,
         node_cost=budget.node_cost,
         tree_cost=budget.tree_cost,
@@ -397,6 +403,10 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
     gateway += ["--uvicorn-log-level", c.http_log_level]
     if not c.access_log:
         gateway += ["--disable-uvicorn-access-log"]
+    if c.log_requests:
+        gateway += ["--enable-log-requests"]
+    if c.max_log_len is not None:
+        gateway += ["--max-log-len", str(c.max_log_len)]
     if c.tls is not None:
         gateway += c.tls.argv()
     if c.responses_store_url is not None:

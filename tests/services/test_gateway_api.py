@@ -47,9 +47,13 @@ def _extra(obj: Any, name: str) -> Any:
 # -- the API, through the official client ----------------------------------------------------------
 
 
-def test_models(client: openai.OpenAI) -> None:
+def test_models(client: openai.OpenAI, model_path: Path) -> None:
     (model,) = client.models.list().data
     assert model.id == MODEL and model.object == "model"
+    # vLLM's card fields: the model the name serves, and no parent (no adapters here).
+    assert (model.model_extra or {})["root"] == str(model_path) and (model.model_extra or {})[
+        "parent"
+    ] is None
 
 
 def test_health_checks_and_load_are_open(url: str) -> None:

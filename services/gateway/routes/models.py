@@ -37,4 +37,5 @@ async def _context_length(state: GatewayState) -> int | None:
 
 
 def _card(state: GatewayState, name: str, context_length: int | None) -> ModelCard:
-    return ModelCard(id=name, created=state.started, max_model_len=context_length)
+    root = str(state.config.model_path)
+    return ModelCard(id=name, created=state.started, root=root, max_model_len=context_length)
