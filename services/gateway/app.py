@@ -83,7 +83,7 @@ def create_app(
             conversations,
             batches,
             chats,
-            request_log=RequestLog(config.max_log_len) if config.log_requests else None,
+            request_log=RequestLog(config.logs.max_log_len) if config.logs.log_requests else None,
         )
         warm_up = asyncio.create_task(_warm_up(verifier))
         # Other replicas' orders about the background responses this one makes (a shared store).
@@ -121,7 +121,7 @@ def create_app(
         max_upload_bytes=upload_limit(config),
     )
     app.add_middleware(RequestCounter, metrics=metrics)
-    if config.request_id_headers:
+    if config.logs.request_id_headers:
         app.add_middleware(RequestIdHeader)
     config.cors.install(app)  # outermost: preflights answered before the API key is asked for
     # One server span per request: no span per ASGI message (a stream would get one per token).

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from treespec.gateway.cors import CorsPolicy
+from treespec.gateway.log_options import LogOptions
 from treespec.gateway.reasoning_parsers import REASONING_PARSERS
 from treespec.gateway.sampling_defaults import SamplingDefaults
 from treespec.gateway.tls import TlsFiles
@@ -58,11 +59,8 @@ class GatewayConfig:
     # Which web pages may call the gateway from a browser (by default any, as in vLLM and SGLang).
     cors: CorsPolicy = field(default_factory=CorsPolicy)
     tls: TlsFiles | None = None  # HTTPS with these files; None: plain HTTP
-    request_id_headers: bool = False  # answers carry X-Request-Id (vLLM's --enable-request-id-headers)
-    http_log_level: str = "info"  # uvicorn's own log (vLLM's --uvicorn-log-level)
-    access_log: bool = True  # a line per HTTP request (vLLM's --disable-uvicorn-access-log turns it off)
-    log_requests: bool = False  # a line per generation as it starts and ends (vLLM's --enable-log-requests)
-    max_log_len: int | None = None  # prompt characters and tokens in those lines at most (None: all)
+    # X-Request-Id headers, the HTTP server's log, a line per generation (vLLM's flags).
+    logs: LogOptions = field(default_factory=LogOptions)
 
     def __post_init__(self) -> None:
         if not self.verifier_addresses:

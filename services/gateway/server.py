@@ -35,8 +35,8 @@ def serve(config: GatewayConfig, *, tracer_provider: trace.TracerProvider | None
         port=config.port,
         loop="uvloop",
         http="httptools",
-        log_level=config.http_log_level,
-        access_log=config.access_log,
+        log_level=config.logs.http_log_level,
+        access_log=config.logs.access_log,
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         **(config.tls.uvicorn_options() if config.tls is not None else {}),
     )

@@ -13,6 +13,7 @@ from treespec.gateway.config import (
     DEFAULT_RESPONSES_STORE_TTL_S,
 )
 from treespec.gateway.cors import ANY, CorsPolicy, string_list
+from treespec.gateway.log_options import LogOptions
 from treespec.gateway.reasoning_parsers import ALIASES as REASONING_ALIASES
 from treespec.gateway.reasoning_parsers import REASONING_PARSERS
 from treespec.gateway.sampling_defaults import SamplingDefaults, load_sampling_defaults
@@ -144,6 +145,16 @@ def add_cors_arguments(p: argparse.ArgumentParser) -> None:
         "--enable-request-id-headers",
         action="store_true",
         help="answers carry an X-Request-Id header: the request's own, or a new id (vLLM's)",
+    )
+
+
+def log_options(ns: argparse.Namespace) -> LogOptions:
+    return LogOptions(
+        request_id_headers=ns.enable_request_id_headers,
+        http_log_level=ns.uvicorn_log_level,
+        access_log=not ns.disable_uvicorn_access_log,
+        log_requests=ns.enable_log_requests,
+        max_log_len=ns.max_log_len,
     )
 
 
@@ -335,11 +346,7 @@ def _run(ns: argparse.Namespace) -> int:
         sampling_defaults=defaults,
         cors=cors_policy(ns),
         tls=tls,
-        request_id_headers=ns.enable_request_id_headers,
-        http_log_level=ns.uvicorn_log_level,
-        access_log=not ns.disable_uvicorn_access_log,
-        log_requests=ns.enable_log_requests,
-        max_log_len=ns.max_log_len,
+        logs=log_options(ns),
     )
     provider = build_tracer_provider("treespec-gateway")
     install_tracer_provider(provider)

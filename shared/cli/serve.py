@@ -18,6 +18,7 @@ from treespec.gateway.config import (
     DEFAULT_RESPONSES_STORE_TTL_S,
 )
 from treespec.gateway.cors import ANY, CorsPolicy
+from treespec.gateway.log_options import LogOptions
 from treespec.gateway.tls import TlsFiles
 from treespec.shared.cli.arg_types import port, positive_int
 from treespec.shared.cli.engine_flags import EngineFlags, add_engine_arguments
@@ -33,6 +34,7 @@ from treespec.shared.cli.gateway import (
     chat_template,
     cors_policy,
     generation_config_source,
+    log_options,
     sampling_defaults,
     tls_settings,
     tool_call_parser,
@@ -92,11 +94,7 @@ class ServeConfig:
     override_generation_config: str | None = None  # ... and --override-generation-config
     cors: CorsPolicy = field(default_factory=CorsPolicy)  # the gateway's cross-origin flags
     tls: TlsFiles | None = None  # the gateway's HTTPS files (None: plain HTTP)
-    request_id_headers: bool = False  # the gateway's --enable-request-id-headers
-    http_log_level: str = "info"  # the gateway's --uvicorn-log-level
-    access_log: bool = True  # not the gateway's --disable-uvicorn-access-log
-    log_requests: bool = False  # the gateway's --enable-log-requests
-    max_log_len: int | None = None  # ... and --max-log-len
+    logs: LogOptions = field(default_factory=LogOptions)  # the gateway's log and request-id flags
     node_cost: float | None = None  # None: the verifier measures it
     tree_cost: float | None = None  # with node_cost only
     # For COLOCATED_ALGORITHMS: the verifier's co-location socket, in a private (0700) directory.
@@ -297,11 +295,7 @@ def serve_config(ns: argparse.Namespace) -> ServeConfig:
         override_generation_config=ns.override_generation_config,
         cors=cors_policy(ns),
         tls=tls,
-        request_id_headers=ns.enable_request_id_headers,
-        http_log_level=ns.uvicorn_log_level,
-        access_log=not ns.disable_uvicorn_access_log,
-        log_requests=ns.enable_log_requests,
-        max_log_len=ns.max_log_len,
+        logs=log_options(ns),
         drafter_options=options,
         node_cost=budget.node_cost,
         tree_cost=budget.tree_cost,
@@ -398,15 +392,7 @@ def services(c: ServeConfig) -> list[ServiceProcess]:
     if c.override_generation_config is not None:
         gateway += ["--override-generation-config", c.override_generation_config]
     gateway += c.cors.argv()
-    if c.request_id_headers:
-        gateway += ["--enable-request-id-headers"]
-    gateway += ["--uvicorn-log-level", c.http_log_level]
-    if not c.access_log:
-        gateway += ["--disable-uvicorn-access-log"]
-    if c.log_requests:
-        gateway += ["--enable-log-requests"]
-    if c.max_log_len is not None:
-        gateway += ["--max-log-len", str(c.max_log_len)]
+    gateway += c.logs.argv()
     if c.tls is not None:
         gateway += c.tls.argv()
     if c.responses_store_url is not None:

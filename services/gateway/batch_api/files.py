@@ -177,9 +177,11 @@ class MemoryFileStore(FileStore):
     def _sweep(self) -> None:
         """Drop the files whose time has come."""
         now = self.clock()
-        for held in [h for h in self._files.values() if h.file.expires_at is not None]:
-            if held.file.expires_at is not None and held.file.expires_at <= now:
-                self._drop(held.file)
+        expired = [
+            h.file for h in self._files.values() if h.file.expires_at is not None and h.file.expires_at <= now
+        ]
+        for stored in expired:
+            self._drop(stored)
 
     def _drop(self, stored: StoredFile) -> None:
         del self._files[stored.id]

@@ -216,10 +216,11 @@ class BatchJobs:
             await self._tell(job)
 
     def _settle(self, job: BatchJob) -> None:
-        """A batch cancelled before its task began (its run never saw the cancel) ends cancelled too;
-        its end is told."""
-        if job.status == "cancelling":
-            job.reach("cancelled")
+        """A batch cancelled before its task began (its run, which tells every other end, never saw
+        the cancel) ends cancelled too, and that end is told."""
+        if job.status != "cancelling":
+            return
+        job.reach("cancelled")
         if self.book.shared:
             report = asyncio.get_running_loop().create_task(self._tell(job))
             self._reports.add(report)

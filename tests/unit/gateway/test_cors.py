@@ -40,6 +40,6 @@ def test_the_policy_travels_as_flags() -> None:
     # run-batch's stack is its own, on loopback: the defaults, and no such flag.
     batch = build_parser().parse_args(["run-batch", "-i", "in.jsonl", "-o", "out.jsonl"])
     assert serve_config(batch).cors == CorsPolicy()
-    assert not serve_config(batch).access_log  # its own stack: no line per batch request
+    assert not serve_config(batch).logs.access_log  # its own stack: no line per batch request
     with pytest.raises(SystemExit):
         build_parser().parse_args(["run-batch", "-i", "a", "-o", "b", "--allowed-origins", "[]"])
