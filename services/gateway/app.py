@@ -55,7 +55,7 @@ def create_app(
     metrics that /metrics exposes.
     """
     provider = tracer_provider or trace.get_tracer_provider()
-    metrics = GatewayMetrics(registry if registry is not None else CollectorRegistry())
+    metrics = GatewayMetrics(registry if registry is not None else CollectorRegistry(), config.model_name)
     tokenizer = PromptTokenizer(config.model_path, config.chat_template)
     responses = response_store(config)
     conversations = conversation_store(config)

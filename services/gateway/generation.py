@@ -34,10 +34,25 @@ class SpecFigures:
     drafted_tokens: int
     accepted_tokens: int
     committed_tokens: int
+    # Per tree depth (index 0 = depth 1): steps whose tree reached it, and steps accepting a token there.
+    drafted_by_depth: tuple[int, ...] = ()
+    accepted_by_depth: tuple[int, ...] = ()
 
     @classmethod
     def from_proto(cls, stats: verifier_pb2.SpeculationStats) -> SpecFigures:
-        return cls(stats.verify_steps, stats.drafted_tokens, stats.accepted_tokens, stats.committed_tokens)
+        return cls(
+            stats.verify_steps,
+            stats.drafted_tokens,
+            stats.accepted_tokens,
+            stats.committed_tokens,
+            tuple(stats.drafted_by_depth),
+            tuple(stats.accepted_by_depth),
+        )
+
+    @property
+    def drafting_steps(self) -> int:
+        """The verify steps that had a draft to verify (vLLM's `num_drafts`)."""
+        return self.drafted_by_depth[0] if self.drafted_by_depth else 0
 
     @property
     def acceptance_length(self) -> float:

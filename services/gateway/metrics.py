@@ -2,7 +2,8 @@
 
 Per request: status by endpoint, time to first token, time per output token, end-to-end latency,
 tokens in and out, and a predicted output's tokens the reply used or not; per choice: the
-speculation figures the verifier reported.
+speculation figures the verifier reported. The same, and the engine's state, under vLLM's and
+SGLang's names too (compat_metrics.py).
 """
 
 from __future__ import annotations
@@ -10,7 +11,11 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from treespec.gateway.compat_metrics import CompatMetrics
 from treespec.gateway.generation import SpecFigures
+from treespec.gateway.prediction import CompletionTokensDetails
+from treespec.gateway.request_record import FinishedRequest
+from treespec.v1 import verifier_pb2
 
 PREFIX = "treespec_gateway"
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics")
@@ -20,8 +25,9 @@ _ACCEPT_BUCKETS = (1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0,
 
 
 class GatewayMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, model_name: str) -> None:
         self.registry = registry
+        self.compat = CompatMetrics(registry, model_name)
         self.requests = Counter(
             f"{PREFIX}_requests",
             "HTTP requests by endpoint and status",
@@ -74,8 +80,25 @@ class GatewayMetrics:
         self.spec_verify_steps.inc(spec.verify_steps)
         self.spec_accepted_tokens.inc(spec.accepted_tokens)
         self.spec_drafted_tokens.inc(spec.drafted_tokens)
+        self.compat.speculation(spec)
 
-    def render(self) -> bytes:
+    def request_finished(self, request: FinishedRequest, details: CompletionTokensDetails | None) -> None:
+        """A request that ended with its outputs; `details`: its predicted output's, if it had one."""
+        self.e2e_latency.observe(request.e2e_s)
+        self.prompt_tokens.inc(request.prompt_tokens)
+        self.completion_tokens.inc(request.completion_tokens)
+        if details is not None:
+            self.prediction_tokens.labels("accepted").inc(details.accepted_prediction_tokens)
+            self.prediction_tokens.labels("rejected").inc(details.rejected_prediction_tokens)
+        if request.ttft_s is not None:
+            self.time_to_first_token.observe(request.ttft_s)
+        if request.tpot_s is not None:
+            self.time_per_output_token.observe(request.tpot_s)
+        self.compat.request_finished(request)
+
+    def render(self, engine: verifier_pb2.EngineStats | None) -> bytes:
+        """The metrics' text, with the engine's state (None: no verifier answered) as of now."""
+        self.compat.scraped(engine)
         return generate_latest(self.registry)
 
 

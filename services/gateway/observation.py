@@ -19,6 +19,7 @@ from treespec.gateway.generation import ChoiceEnd, Event
 from treespec.gateway.metrics import GatewayMetrics
 from treespec.gateway.outcome import Outcome
 from treespec.gateway.request_log import RequestLog
+from treespec.gateway.request_record import FinishedRequest
 from treespec.gateway.schemas import SamplingFields
 
 GEN_AI_SYSTEM = "treespec"
@@ -40,6 +41,9 @@ class Observation:
         self._request_log = request_log
         self._start = time.perf_counter()
         self._first_output: float | None = None
+        self._last_output: dict[int, float] = {}  # per choice: when its latest output came
+        self._choices = body.n
+        self._token_limit = token_limit
         self.span: Span = tracer.start_span(
             f"{operation} {body.model}",
             kind=trace.SpanKind.INTERNAL,
@@ -54,14 +58,13 @@ class Observation:
         """Pass `events` through, gathering them into `outcome` and recording what they show."""
         try:
             async for event in events:
-                if self._first_output is None:
-                    self._first_output = time.perf_counter()
+                self._output(event)
                 outcome.add(event)
                 if isinstance(event, ChoiceEnd) and event.spec is not None:
                     self._metrics.observe_spec(event.spec)
                 yield event
         except BaseException as exc:
-            self._failed(exc)
+            self._failed(exc, outcome.num_choices)
             raise
         else:
             if outcome.prediction:  # the only work settling does, off the loop
@@ -70,25 +73,43 @@ class Observation:
         finally:
             self.span.end()
 
+    def _output(self, event: Event) -> None:
+        """When an output came: the first's, and the gap since the choice's previous one."""
+        now = time.perf_counter()
+        if self._first_output is None:
+            self._first_output = now
+        previous = self._last_output.get(event.index)
+        if event.token_ids:
+            if previous is not None:
+                self._metrics.compat.output_gap(now - previous)
+            self._last_output[event.index] = now
+
     def _succeeded(self, outcome: Outcome) -> None:
         now = time.perf_counter()
-        m = self._metrics
-        m.e2e_latency.observe(now - self._start)
-        m.prompt_tokens.inc(outcome.prompt_tokens)
-        m.completion_tokens.inc(outcome.completion_tokens)
-        details = outcome.usage.completion_tokens_details
-        if details is not None:
-            m.prediction_tokens.labels("accepted").inc(details.accepted_prediction_tokens)
-            m.prediction_tokens.labels("rejected").inc(details.rejected_prediction_tokens)
-        if self._first_output is not None:
-            m.time_to_first_token.observe(self._first_output - self._start)
-            if outcome.completion_tokens > 1:
-                m.time_per_output_token.observe((now - self._first_output) / (outcome.completion_tokens - 1))
+        first = self._first_output
+        request = FinishedRequest(
+            e2e_s=now - self._start,
+            ttft_s=None if first is None else first - self._start,
+            tpot_s=(
+                (now - first) / (outcome.completion_tokens - 1)
+                if first is not None and outcome.completion_tokens > 1
+                else None
+            ),
+            prompt_tokens=outcome.prompt_tokens,
+            completion_tokens=outcome.completion_tokens,
+            cached_tokens=outcome.cached_tokens,
+            finish_reasons=tuple(outcome.finish_reasons),
+            choices=self._choices,
+            max_tokens=self._token_limit,
+        )
+        self._metrics.request_finished(request, outcome.usage.completion_tokens_details)
         self.span.set_attributes(_outcome_attributes(outcome))
         if self._request_log is not None:
             self._request_log.ended(self._response_id, now - self._start, outcome)
 
-    def _failed(self, exc: BaseException) -> None:
+    def _failed(self, exc: BaseException, choices: int) -> None:
+        left = isinstance(exc, (asyncio.CancelledError, GeneratorExit))
+        self._metrics.compat.request_failed(choices, "abort" if left else "error")
         error_type = type(exc).__name__
         if isinstance(exc, Exception):
             self.span.record_exception(exc)

@@ -37,6 +37,10 @@ class Outcome:
         else:
             self._ends[event.index] = event
 
+    @property
+    def num_choices(self) -> int:
+        return len(self._texts)
+
     def text(self, index: int) -> str:
         return "".join(self._texts[index])
 

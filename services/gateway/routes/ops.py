@@ -67,7 +67,12 @@ async def load(state: Annotated[GatewayState, Depends(gateway_state)]) -> JSONRe
 
 @router.get("/metrics")
 async def metrics(state: Annotated[GatewayState, Depends(gateway_state)]) -> Response:
-    return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    """Prometheus text: treespec's metrics, and vLLM's and SGLang's names with the engine's state."""
+    try:
+        engine: verifier_pb2.EngineStats | None = await state.verifier.stats()
+    except APIError:
+        engine = None  # the request and token counts still come
+    return Response(state.metrics.render(engine), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/version")

@@ -154,6 +154,8 @@ def speculation_stats(stats: SpecStats) -> pb.SpeculationStats:
         committed_tokens=stats.committed_tokens,
         acceptance_length=stats.acceptance_length,
         acceptance_by_depth=stats.acceptance_by_depth,
+        drafted_by_depth=stats.drafted_by_depth,
+        accepted_by_depth=stats.accepted_by_depth,
     )
 
 
