@@ -13,8 +13,9 @@ from treespec.shared.model.config import ModelConfig
 from treespec.shared.model.kv_cache import KVCache
 from treespec.shared.model.layer_run import LayerRun, StepRows
 from treespec.shared.model.linear import linear
+from treespec.shared.model.moe_forward import moe_forward
 from treespec.shared.model.rope import RopeTables
-from treespec.shared.model.weights import AttentionWeights, MlpWeights, ModelWeights
+from treespec.shared.model.weights import AttentionWeights, ExpertWeights, MlpWeights, ModelWeights
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ class CausalLM:
                 layer.attn, self._norm(h, layer.input_norm), cos, sin, i, backend, plan, cache
             )
             h = h + attn_out
-            h = h + self._mlp(layer.mlp, self._norm(h, layer.post_attention_norm))
+            h = h + self._feed_forward(layer.mlp, self._norm(h, layer.post_attention_norm))
         logits_rows_h = self._norm(h[logits_rows], self.weights.norm)
         logits = linear(logits_rows_h, self.weights.lm_head).float()
         hidden = aux_hidden = None
@@ -152,6 +153,12 @@ class CausalLM:
         # One rotation for the query and key heads together: fewer small ops per layer.
         q, k = apply_rope(qk, cos, sin).split([c.num_heads, c.num_kv_heads], dim=1)
         return linear(backend.attend(plan, layer, q, k, v, cache), w.o, w.o_bias)
+
+    def _feed_forward(self, w: MlpWeights | ExpertWeights, x: torch.Tensor) -> torch.Tensor:
+        if isinstance(w, ExpertWeights):
+            assert self.config.moe is not None
+            return moe_forward(w, x, self.config.moe, self._mlp)
+        return self._mlp(w, x)
 
     @staticmethod
     def _mlp(w: MlpWeights, x: torch.Tensor) -> torch.Tensor:

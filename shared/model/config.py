@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from treespec.shared.model.errors import ModelLoadError
+from treespec.shared.model.moe import MoeConfig
 
 # Architectures whose weights and maths the own forward implements: the Llama family.
 SUPPORTED_ARCHITECTURES = {
@@ -15,6 +16,9 @@ SUPPORTED_ARCHITECTURES = {
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
+    # Sparse mixture-of-experts feed-forward layers (moe.py) on the same attention.
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "MixtralForCausalLM": "mixtral",
 }
 
 
@@ -40,6 +44,7 @@ class ModelConfig:
     sliding_window: int | None
     eos_token_ids: tuple[int, ...]
     raw: dict[str, Any]
+    moe: MoeConfig | None = None  # the sparse blocks of a mixture-of-experts family
 
     @property
     def q_size(self) -> int:
@@ -51,12 +56,16 @@ class ModelConfig:
 
     @property
     def step_weights(self) -> int:
-        """Weights one forward step multiplies by (every layer's projections and the lm_head): what
-        a decode step reads, and so what it costs where decoding is bound by memory bandwidth."""
+        """Weights one forward step multiplies by (every layer's projections and the lm_head; a sparse
+        block's router and the experts one token takes): what a decode step reads, and so what it
+        costs where decoding is bound by memory bandwidth."""
         h = self.hidden_size
         attention = h * (self.q_size + 2 * self.kv_size) + self.q_size * h
-        mlp = 3 * h * self.intermediate_size
-        return self.num_layers * (attention + mlp) + h * self.vocab_size
+        sparse = self.moe.sparse_layers if self.moe is not None else frozenset()
+        dense_mlp = 3 * h * self.intermediate_size
+        sparse_mlp = self.moe.step_weights(h) if self.moe is not None else 0
+        mlps = (self.num_layers - len(sparse)) * dense_mlp + len(sparse) * sparse_mlp
+        return self.num_layers * attention + mlps + h * self.vocab_size
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> ModelConfig:
@@ -64,13 +73,14 @@ class ModelConfig:
         family = SUPPORTED_ARCHITECTURES[architecture]
         num_heads = int(raw["num_attention_heads"])
         hidden = int(raw["hidden_size"])
+        num_layers = int(raw["num_hidden_layers"])
         return cls(
             architecture=architecture,
             family=family,
             vocab_size=int(raw["vocab_size"]),
             hidden_size=hidden,
             intermediate_size=int(raw["intermediate_size"]),
-            num_layers=int(raw["num_hidden_layers"]),
+            num_layers=num_layers,
             num_heads=num_heads,
             num_kv_heads=int(raw.get("num_key_value_heads") or num_heads),
             head_dim=int(raw.get("head_dim") or hidden // num_heads),
@@ -80,10 +90,11 @@ class ModelConfig:
             # Qwen2 always has q/k/v biases; Llama and Mistral only when the config says so.
             attention_bias=family == "qwen2" or bool(raw.get("attention_bias", False)),
             mlp_bias=bool(raw.get("mlp_bias", False)),
-            qk_norm=family == "qwen3",
+            qk_norm=family in ("qwen3", "qwen3_moe"),
             sliding_window=_sliding_window(raw, family),
             eos_token_ids=_eos_ids(raw.get("eos_token_id")),
             raw=raw,
+            moe=MoeConfig.from_raw(raw, family, num_layers),
         )
 
     @classmethod
@@ -116,7 +127,7 @@ def _sliding_window(raw: dict[str, Any], family: str) -> int | None:
     if not window:
         return None
     # Qwen2/Qwen3 configs carry a window but only use it when use_sliding_window is set.
-    if family in ("qwen2", "qwen3") and not raw.get("use_sliding_window", False):
+    if family in ("qwen2", "qwen3", "qwen3_moe") and not raw.get("use_sliding_window", False):
         return None
     return int(window)
 

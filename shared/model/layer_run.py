@@ -23,7 +23,7 @@ from treespec.kernels.row_ops import row_ops
 from treespec.kernels.tree_attention import RowAttentionPlan, tree_attention
 from treespec.shared.model.config import ModelConfig
 from treespec.shared.model.kv_cache import KVCache
-from treespec.shared.model.weights import LayerWeights, ModelWeights
+from treespec.shared.model.weights import LayerWeights, MlpWeights, ModelWeights
 
 PANELS, SCALED_PANELS, BLOCKS = 0, 1, 2  # a product's weight form (decode_layers.cpp)
 NO_SCALES = torch.empty(0)
@@ -110,6 +110,8 @@ class StepRows:
 def _plain_layer(layer: LayerWeights) -> bool:
     """Panel weights whose products come out at their width, no biases, float32 norms."""
     attn, mlp = layer.attn, layer.mlp
+    if not isinstance(mlp, MlpWeights):  # a sparse block: the Python loop
+        return False
     if any(b is not None for b in (attn.qkv_bias, attn.o_bias, mlp.gate_up_bias, mlp.down_bias)):
         return False
     if attn.q_norm is not None or attn.k_norm is not None:

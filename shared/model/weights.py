@@ -16,6 +16,7 @@ from tqdm import tqdm
 from treespec.shared.model.config import ModelConfig
 from treespec.shared.model.dual_layout import HeadWeight, Weight
 from treespec.shared.model.errors import ModelLoadError
+from treespec.shared.model.moe import MoeConfig
 
 # Linear weights are stored transposed, [in, out] contiguous, and applied as x @ w: for the few rows
 # of a decode or verify step, MKL's kernels are up to twice as fast on this layout as on HF's [out, in].
@@ -40,24 +41,45 @@ class MlpWeights:
     down: Weight  # [intermediate, hidden]
     down_bias: torch.Tensor | None
 
+    def matmuls(self) -> tuple[Weight, ...]:
+        return (self.gate_up, self.down)
+
+    def map_matmuls(self, fn: Callable[[Weight], Weight]) -> None:
+        self.gate_up = fn(self.gate_up)
+        self.down = fn(self.down)
+
+
+@dataclass
+class ExpertWeights:
+    """A sparse mixture-of-experts block (moe.py): the router and each expert's MLP."""
+
+    router: torch.Tensor  # [hidden, num_experts], dense
+    experts: list[MlpWeights]
+
+    def matmuls(self) -> tuple[Weight, ...]:
+        return tuple(w for expert in self.experts for w in expert.matmuls())
+
+    def map_matmuls(self, fn: Callable[[Weight], Weight]) -> None:
+        for expert in self.experts:
+            expert.map_matmuls(fn)
+
 
 @dataclass
 class LayerWeights:
     input_norm: torch.Tensor  # [hidden]
     post_attention_norm: torch.Tensor  # [hidden]
     attn: AttentionWeights
-    mlp: MlpWeights
+    mlp: MlpWeights | ExpertWeights
 
     def matmuls(self) -> tuple[Weight, ...]:
-        """The layer's matmul weights (its biases and norms aside)."""
-        return (self.attn.qkv, self.attn.o, self.mlp.gate_up, self.mlp.down)
+        """The layer's matmul weights (its biases, norms and a router aside)."""
+        return (self.attn.qkv, self.attn.o, *self.mlp.matmuls())
 
     def map_matmuls(self, fn: Callable[[Weight], Weight]) -> None:
         """Replace each matmul weight by fn(weight), in place, one after the other."""
         self.attn.qkv = fn(self.attn.qkv)
         self.attn.o = fn(self.attn.o)
-        self.mlp.gate_up = fn(self.mlp.gate_up)
-        self.mlp.down = fn(self.mlp.down)
+        self.mlp.map_matmuls(fn)
 
 
 @dataclass
@@ -140,7 +162,9 @@ class _Loader:
             input_norm=self.tensor(p + "input_layernorm.weight", (h,)),
             post_attention_norm=self.tensor(p + "post_attention_layernorm.weight", (h,)),
             attn=self.attention(p + "self_attn."),
-            mlp=self.mlp(p + "mlp."),
+            mlp=self.experts(p, c.moe)
+            if c.moe is not None and i in c.moe.sparse_layers
+            else self.mlp(p + "mlp."),
         )
 
     def attention(self, p: str) -> AttentionWeights:
@@ -162,24 +186,40 @@ class _Loader:
             k_norm=self.optional(p + "k_norm.weight", (c.head_dim,), c.qk_norm),
         )
 
-    def mlp(self, p: str) -> MlpWeights:
+    def experts(self, p: str, moe: MoeConfig) -> ExpertWeights:
+        n, h = moe.names, self.config.hidden_size
+        block = p + n.block
+        return ExpertWeights(
+            router=_transposed(self.tensor(block + "gate.weight", (moe.num_experts, h))),
+            experts=[
+                self.mlp(f"{block}experts.{e}.", moe.expert_intermediate_size, (n.gate, n.up, n.down))
+                for e in range(moe.num_experts)
+            ],
+        )
+
+    def mlp(
+        self,
+        p: str,
+        size: int | None = None,
+        names: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj"),
+    ) -> MlpWeights:
+        """A SwiGLU MLP of `size` (default: the model's intermediate size) whose projections are `names`."""
         c = self.config
-        h, i = c.hidden_size, c.intermediate_size
+        h, i = c.hidden_size, size or c.intermediate_size
+        gate, up, down = names
         gate_up = _transposed(
-            torch.cat(
-                [self.tensor(p + "gate_proj.weight", (i, h)), self.tensor(p + "up_proj.weight", (i, h))]
-            )
+            torch.cat([self.tensor(f"{p}{gate}.weight", (i, h)), self.tensor(f"{p}{up}.weight", (i, h))])
         )
         gate_up_bias = down_bias = None
         if c.mlp_bias:
             gate_up_bias = torch.cat(
-                [self.tensor(p + "gate_proj.bias", (i,)), self.tensor(p + "up_proj.bias", (i,))]
+                [self.tensor(f"{p}{gate}.bias", (i,)), self.tensor(f"{p}{up}.bias", (i,))]
             )
-            down_bias = self.tensor(p + "down_proj.bias", (h,))
+            down_bias = self.tensor(f"{p}{down}.bias", (h,))
         return MlpWeights(
             gate_up=gate_up,
             gate_up_bias=gate_up_bias,
-            down=_transposed(self.tensor(p + "down_proj.weight", (h, i))),
+            down=_transposed(self.tensor(f"{p}{down}.weight", (h, i))),
             down_bias=down_bias,
         )
 

@@ -42,7 +42,29 @@ FAMILIES: dict[str, tuple[type[transformers.PretrainedConfig], dict[str, Any]]] 
     "mistral": (transformers.MistralConfig, dict(sliding_window=None)),
     "qwen2": (transformers.Qwen2Config, dict(tie_word_embeddings=True)),
     "qwen3": (transformers.Qwen3Config, dict(head_dim=24, tie_word_embeddings=False)),
+    # Mixture of experts: every token takes 2 of 6 experts; Qwen3-MoE's second layer is dense (its
+    # mlp_only_layers), its kept probabilities renormalized; Mixtral always renormalizes.
+    "qwen3-moe": (
+        transformers.Qwen3MoeConfig,
+        dict(
+            head_dim=24,
+            num_experts=6,
+            num_experts_per_tok=2,
+            moe_intermediate_size=40,
+            norm_topk_prob=True,
+            mlp_only_layers=[1],
+        ),
+    ),
+    "qwen3-moe-unnormalized": (
+        transformers.Qwen3MoeConfig,
+        dict(num_experts=5, num_experts_per_tok=3, moe_intermediate_size=24, decoder_sparse_step=2),
+    ),
+    "mixtral": (
+        transformers.MixtralConfig,
+        dict(num_local_experts=6, num_experts_per_tok=2, sliding_window=None),
+    ),
 }
+MOE = ("qwen3-moe", "qwen3-moe-unnormalized", "mixtral")
 
 
 def make_checkpoint(tmp: Path, family: str, shard: bool = False) -> transformers.PreTrainedModel:
@@ -106,8 +128,25 @@ def test_hidden_capture_matches_hf_hidden_states(tmp_path: Path) -> None:
     assert rel_err(res.hidden, out.hidden_states[-1][0, rows]) < 1e-4
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("family", sorted(set(FAMILIES) - set(MOE)))
 def test_step_weights_count_every_matmul_weight_of_the_hf_model(tmp_path: Path, family: str) -> None:
     hf = make_checkpoint(tmp_path, family)
     matmuls = [m for m in hf.modules() if isinstance(m, torch.nn.Linear)]  # projections and lm_head
     assert ModelConfig.from_dir(tmp_path).step_weights == sum(m.weight.numel() for m in matmuls)
+
+
+@pytest.mark.parametrize("family", MOE)
+def test_step_weights_of_a_mixture_count_the_experts_a_token_takes(tmp_path: Path, family: str) -> None:
+    """Every dense weight, each sparse block's router, and top-k of its experts (not all of them)."""
+    hf = make_checkpoint(tmp_path, family)
+    config = ModelConfig.from_dir(tmp_path)
+    assert config.moe is not None
+    experts = [m for name, m in hf.named_modules() if name.endswith("experts")]
+    assert len(experts) == len(config.moe.sparse_layers) > 0
+    weights = [
+        p for name, p in hf.named_parameters() if "norm" not in name and name != "model.embed_tokens.weight"
+    ]
+    per_expert = sum(p[0].numel() for block in experts for p in block.parameters()) // len(experts)
+    all_experts = sum(p.numel() for block in experts for p in block.parameters())
+    taken = len(experts) * config.moe.top_k * per_expert
+    assert config.step_weights == sum(p.numel() for p in weights) - all_experts + taken

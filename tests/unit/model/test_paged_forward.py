@@ -14,10 +14,10 @@ from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.loader import load_model
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> CausalLM:
-    path: Path = tmp_path_factory.mktemp("qwen2")
-    make_checkpoint(path, "qwen2")
+@pytest.fixture(scope="module", params=["qwen2", "mixtral"])  # mixtral: sparse expert blocks
+def model(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> CausalLM:
+    path: Path = tmp_path_factory.mktemp(request.param)
+    make_checkpoint(path, request.param)
     return load_model(path)
 
 
