@@ -64,6 +64,9 @@ class CausalLM:
     ) -> ForwardOutput:
         cos, sin = self.rope.lookup(positions, self.dtype)
         h = self.weights.embed_tokens(input_ids)
+        multipliers = self.config.multipliers
+        if multipliers.embedding != 1.0:
+            h = h * multipliers.embedding
         aux: list[torch.Tensor] = []
         run = self._layer_run(backend, plan, cache, h, cos, sin)
         if run is not None:
@@ -78,6 +81,8 @@ class CausalLM:
             h = h + self._feed_forward(layer.mlp, self._norm(h, layer.post_attention_norm))
         logits_rows_h = self._norm(h[logits_rows], self.weights.norm)
         logits = linear(logits_rows_h, self.weights.lm_head).float()
+        if multipliers.logits_scaling != 1.0:
+            logits = logits / multipliers.logits_scaling
         hidden = aux_hidden = None
         if capture is not None:
             hidden = self._norm(h[capture.rows], self.weights.norm)
@@ -151,7 +156,9 @@ class CausalLM:
             q, k = qk.split([c.num_heads, c.num_kv_heads], dim=1)
             qk = torch.cat([self._norm(q, w.q_norm), self._norm(k, w.k_norm)], dim=1)
         # One rotation for the query and key heads together: fewer small ops per layer.
-        q, k = apply_rope(qk, cos, sin).split([c.num_heads, c.num_kv_heads], dim=1)
+        if layer not in c.nope_layers:
+            qk = apply_rope(qk, cos, sin)
+        q, k = qk.split([c.num_heads, c.num_kv_heads], dim=1)
         return linear(backend.attend(plan, layer, q, k, v, cache), w.o, w.o_bias)
 
     def _feed_forward(self, w: MlpWeights | ExpertWeights, x: torch.Tensor) -> torch.Tensor:

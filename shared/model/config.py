@@ -16,10 +16,36 @@ SUPPORTED_ARCHITECTURES = {
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
+    "SmolLM3ForCausalLM": "smollm3",  # some layers without rotary embeddings (no_rope_layers)
+    "GraniteForCausalLM": "granite",  # Llama with muP multipliers (Multipliers)
     # Sparse mixture-of-experts feed-forward layers (moe.py) on the same attention.
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "MixtralForCausalLM": "mixtral",
 }
+
+
+@dataclass(frozen=True)
+class Multipliers:
+    """Granite's muP multipliers: of the embedding, of each block's output before it joins the residual
+    stream, the attention's scale (instead of 1/sqrt(head_dim)), and the logits' divisor."""
+
+    embedding: float = 1.0
+    residual: float = 1.0
+    attention: float | None = None
+    logits_scaling: float = 1.0
+
+    @classmethod
+    def from_raw(cls, raw: dict[str, Any], family: str) -> Multipliers:
+        if family != "granite":
+            return cls()
+        return cls(
+            embedding=float(raw.get("embedding_multiplier", 1.0)),
+            residual=float(raw.get("residual_multiplier", 1.0)),
+            attention=float(raw["attention_multiplier"])
+            if raw.get("attention_multiplier") is not None
+            else None,
+            logits_scaling=float(raw.get("logits_scaling", 1.0)),
+        )
 
 
 @dataclass(frozen=True)
@@ -45,6 +71,8 @@ class ModelConfig:
     eos_token_ids: tuple[int, ...]
     raw: dict[str, Any]
     moe: MoeConfig | None = None  # the sparse blocks of a mixture-of-experts family
+    nope_layers: frozenset[int] = frozenset()  # layers without rotary embeddings (SmolLM3)
+    multipliers: Multipliers = Multipliers()
 
     @property
     def q_size(self) -> int:
@@ -95,6 +123,8 @@ class ModelConfig:
             eos_token_ids=_eos_ids(raw.get("eos_token_id")),
             raw=raw,
             moe=MoeConfig.from_raw(raw, family, num_layers),
+            nope_layers=_nope_layers(raw, family, num_layers),
+            multipliers=Multipliers.from_raw(raw, family),
         )
 
     @classmethod
@@ -130,6 +160,22 @@ def _sliding_window(raw: dict[str, Any], family: str) -> int | None:
     if family in ("qwen2", "qwen3", "qwen3_moe") and not raw.get("use_sliding_window", False):
         return None
     return int(window)
+
+
+def _nope_layers(raw: dict[str, Any], family: str, num_layers: int) -> frozenset[int]:
+    """SmolLM3's layers without rotary embeddings: `no_rope_layers[i]` is 0 (else every
+    `no_rope_layer_interval`-th layer, as transformers fills the list in)."""
+    if family != "smollm3":
+        return frozenset()
+    if raw.get("use_sliding_window"):
+        raise ModelLoadError("SmolLM3 with use_sliding_window: per-layer sliding windows are not supported")
+    flags = raw.get("no_rope_layers")
+    if flags is None:
+        interval = int(raw.get("no_rope_layer_interval", 4))
+        flags = [int((i + 1) % interval != 0) for i in range(num_layers)]
+    if len(flags) < num_layers:
+        raise ModelLoadError(f"no_rope_layers has {len(flags)} entries for {num_layers} layers")
+    return frozenset(i for i, use_rope in enumerate(flags[:num_layers]) if not use_rope)
 
 
 def _eos_ids(value: Any) -> tuple[int, ...]:

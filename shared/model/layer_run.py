@@ -42,7 +42,7 @@ class LayerRun:
     def of(cls, config: ModelConfig, weights: ModelWeights) -> LayerRun | None:
         """The model's run, or None where its layers are not what the C++ loop computes exactly."""
         ops, attention = row_ops(), tree_attention()
-        if ops is None or attention is None or config.qk_norm or not weights.layers:
+        if ops is None or attention is None or config.qk_norm or config.nope_layers or not weights.layers:
             return None
         tensors: list[torch.Tensor] = []
         forms: list[int] = []

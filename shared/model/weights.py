@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -158,7 +159,7 @@ class _Loader:
     def layer(self, i: int) -> LayerWeights:
         c, p = self.config, f"model.layers.{i}."
         h = c.hidden_size
-        return LayerWeights(
+        layer = LayerWeights(
             input_norm=self.tensor(p + "input_layernorm.weight", (h,)),
             post_attention_norm=self.tensor(p + "post_attention_layernorm.weight", (h,)),
             attn=self.attention(p + "self_attn."),
@@ -166,6 +167,8 @@ class _Loader:
             if c.moe is not None and i in c.moe.sparse_layers
             else self.mlp(p + "mlp."),
         )
+        _fold_multipliers(layer, c)
+        return layer
 
     def attention(self, p: str) -> AttentionWeights:
         c = self.config
@@ -222,6 +225,25 @@ class _Loader:
             down=_transposed(self.tensor(f"{p}{down}.weight", (h, i))),
             down_bias=down_bias,
         )
+
+
+def _fold_multipliers(layer: LayerWeights, config: ModelConfig) -> None:
+    """Granite's attention and residual multipliers, folded into the projections (in place, before
+    any repacking): the query's columns scaled so that the usual 1/sqrt(head_dim) gives the model's
+    attention scale, the blocks' output projections by the residual multiplier."""
+    m, attn, mlp = config.multipliers, layer.attn, layer.mlp
+    if m.attention is not None:
+        q_scale = m.attention * math.sqrt(config.head_dim)
+        assert isinstance(attn.qkv, torch.Tensor)
+        attn.qkv[:, : config.q_size] *= q_scale
+        if attn.qkv_bias is not None:
+            attn.qkv_bias[: config.q_size] *= q_scale
+    if m.residual != 1.0:
+        assert isinstance(attn.o, torch.Tensor) and isinstance(mlp, MlpWeights)
+        assert isinstance(mlp.down, torch.Tensor)
+        for tensor in (attn.o, attn.o_bias, mlp.down, mlp.down_bias):
+            if tensor is not None:
+                tensor *= m.residual
 
 
 def _transposed(weight: torch.Tensor) -> torch.Tensor:

@@ -42,6 +42,22 @@ FAMILIES: dict[str, tuple[type[transformers.PretrainedConfig], dict[str, Any]]] 
     "mistral": (transformers.MistralConfig, dict(sliding_window=None)),
     "qwen2": (transformers.Qwen2Config, dict(tie_word_embeddings=True)),
     "qwen3": (transformers.Qwen3Config, dict(head_dim=24, tie_word_embeddings=False)),
+    # SmolLM3: its second layer without rotary embeddings (a NoPE layer every second one).
+    "smollm3": (
+        transformers.SmolLM3Config,
+        dict(no_rope_layer_interval=2, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    ),
+    # Granite: muP multipliers of the embedding, the residual branches, the attention and the logits.
+    "granite": (
+        transformers.GraniteConfig,
+        dict(
+            tie_word_embeddings=True,
+            embedding_multiplier=3.0,
+            residual_multiplier=0.4,
+            attention_multiplier=0.05,
+            logits_scaling=2.5,
+        ),
+    ),
     # Mixture of experts: every token takes 2 of 6 experts; Qwen3-MoE's second layer is dense (its
     # mlp_only_layers), its kept probabilities renormalized; Mixtral always renormalizes.
     "qwen3-moe": (

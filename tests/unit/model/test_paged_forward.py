@@ -14,7 +14,8 @@ from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.loader import load_model
 
 
-@pytest.fixture(scope="module", params=["qwen2", "mixtral"])  # mixtral: sparse expert blocks
+# mixtral: sparse expert blocks; smollm3: a layer without rotary embeddings
+@pytest.fixture(scope="module", params=["qwen2", "mixtral", "smollm3"])
 def model(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> CausalLM:
     path: Path = tmp_path_factory.mktemp(request.param)
     make_checkpoint(path, request.param)
