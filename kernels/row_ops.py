@@ -91,6 +91,13 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return ops.silu_mul(gate_up) if ops is not None else reference_silu_mul(gate_up)
 
 
+def gelu_tanh_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """gate_up [T, 2I] (gate then up) -> gelu(gate, tanh approximation) * up [T, I]: GeGLU (Gemma), in
+    torch on every device."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.gelu(gate, approximate="tanh") * up
+
+
 def top_logprobs(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [T, V] -> each row's k largest log-probabilities (logit - logsumexp), best first, and
     their indices: one pass over each row where the kernels run (two torch ops otherwise, each about

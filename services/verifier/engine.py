@@ -19,7 +19,7 @@ import torch
 
 from treespec.kernels.logprobs import TokenLogprobs
 from treespec.shared.drafting.drafter import Drafter, salt_argument
-from treespec.shared.model.attention.torch_backend import TorchAttentionBackend
+from treespec.shared.model.attention.layered import attention_backend
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.kv_cache import BlockAllocator, KVCache
 from treespec.shared.model.loader import load_model
@@ -111,7 +111,7 @@ class Engine:
         self.gate = SpeculationGate(
             GatePolicy(config.adaptive_speculation, config.speculative_disable_by_batch_size)
         )
-        self._forward = ForwardStage(self.model, self.cache, TorchAttentionBackend(mc.sliding_window))
+        self._forward = ForwardStage(self.model, self.cache, attention_backend(mc))
         self._verify_cost = self._node_cost_model()
         eos = set(mc.eos_token_ids) | _generation_eos(config.model_path)
         self.eos_token_ids: frozenset[int] = frozenset(eos)

@@ -7,14 +7,14 @@ from typing import Any
 
 import torch
 
-from treespec.kernels.row_ops import apply_rope, rms_norm, silu_mul
+from treespec.kernels.row_ops import apply_rope, gelu_tanh_mul, rms_norm, silu_mul
 from treespec.shared.model.attention.backend import AttentionBackend
 from treespec.shared.model.config import ModelConfig
 from treespec.shared.model.kv_cache import KVCache
 from treespec.shared.model.layer_run import LayerRun, StepRows
 from treespec.shared.model.linear import linear
 from treespec.shared.model.moe_forward import moe_forward
-from treespec.shared.model.rope import RopeTables
+from treespec.shared.model.rope import LayerRopes
 from treespec.shared.model.weights import AttentionWeights, ExpertWeights, MlpWeights, ModelWeights
 
 
@@ -34,7 +34,7 @@ class ForwardOutput:
 
 
 class CausalLM:
-    def __init__(self, config: ModelConfig, weights: ModelWeights, rope: RopeTables) -> None:
+    def __init__(self, config: ModelConfig, weights: ModelWeights, rope: LayerRopes) -> None:
         self.config = config
         self.weights = weights
         self.rope = rope
@@ -62,7 +62,8 @@ class CausalLM:
         logits_rows: torch.Tensor,  # [R] long
         capture: HiddenCapture | None = None,
     ) -> ForwardOutput:
-        cos, sin = self.rope.lookup(positions, self.dtype)
+        ropes = self.rope.lookup(positions, self.dtype)
+        cos, sin = ropes[0]
         h = self.weights.embed_tokens(input_ids)
         multipliers = self.config.multipliers
         if multipliers.embedding != 1.0:
@@ -74,11 +75,17 @@ class CausalLM:
         for i, layer in enumerate(self.weights.layers if run is None else ()):
             if capture is not None and i in capture.aux_layers:
                 aux.append(h[capture.rows])
+            cos, sin = ropes[self.rope.layer_table[i]]
             attn_out = self._attention(
                 layer.attn, self._norm(h, layer.input_norm), cos, sin, i, backend, plan, cache
             )
+            if layer.attn_out_norm is not None:
+                attn_out = self._norm(attn_out, layer.attn_out_norm)
             h = h + attn_out
-            h = h + self._feed_forward(layer.mlp, self._norm(h, layer.post_attention_norm))
+            mlp_out = self._feed_forward(layer.mlp, self._norm(h, layer.post_attention_norm))
+            if layer.mlp_out_norm is not None:
+                mlp_out = self._norm(mlp_out, layer.mlp_out_norm)
+            h = h + mlp_out
         logits_rows_h = self._norm(h[logits_rows], self.weights.norm)
         logits = linear(logits_rows_h, self.weights.lm_head).float()
         if multipliers.logits_scaling != 1.0:
@@ -167,6 +174,7 @@ class CausalLM:
             return moe_forward(w, x, self.config.moe, self._mlp)
         return self._mlp(w, x)
 
-    @staticmethod
-    def _mlp(w: MlpWeights, x: torch.Tensor) -> torch.Tensor:
-        return linear(silu_mul(linear(x, w.gate_up, w.gate_up_bias)), w.down, w.down_bias)
+    def _mlp(self, w: MlpWeights, x: torch.Tensor) -> torch.Tensor:
+        gate_up = linear(x, w.gate_up, w.gate_up_bias)
+        gated = silu_mul(gate_up) if self.config.activation == "silu" else gelu_tanh_mul(gate_up)
+        return linear(gated, w.down, w.down_bias)

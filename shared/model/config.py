@@ -10,6 +10,8 @@ from typing import Any
 from treespec.shared.model.errors import ModelLoadError
 from treespec.shared.model.moe import MoeConfig
 
+SLIDING, FULL = "sliding_attention", "full_attention"  # Gemma 3's kinds of layer
+
 # Architectures whose weights and maths the own forward implements: the Llama family.
 SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
@@ -18,6 +20,9 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3ForCausalLM": "qwen3",
     "SmolLM3ForCausalLM": "smollm3",  # some layers without rotary embeddings (no_rope_layers)
     "GraniteForCausalLM": "granite",  # Llama with muP multipliers (Multipliers)
+    # Gemma 3 (text): GeGLU, (1 + w) norms around each block, q/k norms, sliding-window layers
+    # between global ones, each kind with its own rotary base.
+    "Gemma3ForCausalLM": "gemma3",
     # Sparse mixture-of-experts feed-forward layers (moe.py) on the same attention.
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "MixtralForCausalLM": "mixtral",
@@ -36,6 +41,9 @@ class Multipliers:
 
     @classmethod
     def from_raw(cls, raw: dict[str, Any], family: str) -> Multipliers:
+        if family == "gemma3":  # the embedding scaled by sqrt(hidden); its own attention scale
+            scalar = float(raw.get("query_pre_attn_scalar") or raw.get("head_dim") or 256)
+            return cls(embedding=float(raw["hidden_size"]) ** 0.5, attention=scalar**-0.5)
         if family != "granite":
             return cls()
         return cls(
@@ -73,6 +81,19 @@ class ModelConfig:
     moe: MoeConfig | None = None  # the sparse blocks of a mixture-of-experts family
     nope_layers: frozenset[int] = frozenset()  # layers without rotary embeddings (SmolLM3)
     multipliers: Multipliers = Multipliers()
+    # Each layer's kind where they differ (Gemma 3): "sliding_attention" layers see the last
+    # `sliding_window` tokens and rotate with their own base, "full_attention" ones see all.
+    layer_types: tuple[str, ...] = ()
+    activation: str = "silu"  # of the MLP's gate: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
+    norm_offset: float = 0.0  # the norms scale by offset + weight (Gemma: 1 + w)
+    sandwich_norms: bool = False  # each block's output normed too before it joins the residual
+
+    @property
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """Each layer's sliding window (None: it attends to every earlier token)."""
+        if not self.layer_types:
+            return (self.sliding_window,) * self.num_layers
+        return tuple(self.sliding_window if t == SLIDING else None for t in self.layer_types)
 
     @property
     def q_size(self) -> int:
@@ -118,13 +139,17 @@ class ModelConfig:
             # Qwen2 always has q/k/v biases; Llama and Mistral only when the config says so.
             attention_bias=family == "qwen2" or bool(raw.get("attention_bias", False)),
             mlp_bias=bool(raw.get("mlp_bias", False)),
-            qk_norm=family in ("qwen3", "qwen3_moe"),
+            qk_norm=family in ("qwen3", "qwen3_moe", "gemma3"),
             sliding_window=_sliding_window(raw, family),
             eos_token_ids=_eos_ids(raw.get("eos_token_id")),
             raw=raw,
             moe=MoeConfig.from_raw(raw, family, num_layers),
             nope_layers=_nope_layers(raw, family, num_layers),
             multipliers=Multipliers.from_raw(raw, family),
+            layer_types=_layer_types(raw, family, num_layers),
+            activation="gelu_tanh" if family == "gemma3" else "silu",
+            norm_offset=1.0 if family == "gemma3" else 0.0,
+            sandwich_norms=family == "gemma3",
         )
 
     @classmethod
@@ -156,10 +181,30 @@ def _sliding_window(raw: dict[str, Any], family: str) -> int | None:
     window = raw.get("sliding_window")
     if not window:
         return None
-    # Qwen2/Qwen3 configs carry a window but only use it when use_sliding_window is set.
+    # Qwen2/Qwen3 configs carry a window but only use it when use_sliding_window is set; Gemma 3's
+    # is that of its sliding layers (ModelConfig.layer_windows).
     if family in ("qwen2", "qwen3", "qwen3_moe") and not raw.get("use_sliding_window", False):
         return None
     return int(window)
+
+
+def _layer_types(raw: dict[str, Any], family: str, num_layers: int) -> tuple[str, ...]:
+    """Gemma 3's kind of each layer: its `layer_types`, else every `sliding_window_pattern`-th layer
+    global (as transformers fills them in); the maths it has no form for are errors."""
+    if family != "gemma3":
+        return ()
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if raw.get(key) is not None:
+            raise ModelLoadError(f"{key} is not supported")
+    if raw.get("use_bidirectional_attention"):
+        raise ModelLoadError("use_bidirectional_attention is not supported")
+    types = raw.get("layer_types")
+    if types is None:
+        pattern = int(raw.get("sliding_window_pattern", 6))
+        types = [SLIDING if (i + 1) % pattern else FULL for i in range(num_layers)]
+    if len(types) != num_layers or not set(types) <= {SLIDING, FULL}:
+        raise ModelLoadError(f"layer_types must name {SLIDING!r} or {FULL!r} for each of {num_layers} layers")
+    return tuple(types)
 
 
 def _nope_layers(raw: dict[str, Any], family: str, num_layers: int) -> frozenset[int]:

@@ -42,7 +42,7 @@ class LayerRun:
     def of(cls, config: ModelConfig, weights: ModelWeights) -> LayerRun | None:
         """The model's run, or None where its layers are not what the C++ loop computes exactly."""
         ops, attention = row_ops(), tree_attention()
-        if ops is None or attention is None or config.qk_norm or config.nope_layers or not weights.layers:
+        if ops is None or attention is None or not _plain_config(config) or not weights.layers:
             return None
         tensors: list[torch.Tensor] = []
         forms: list[int] = []
@@ -107,11 +107,17 @@ class StepRows:
     rows: RowAttentionPlan  # the one attention group's row-kernel plan
 
 
+def _plain_config(config: ModelConfig) -> bool:
+    """A model whose layers the C++ loop computes: SwiGLU, one rotary table applied in every layer,
+    no q/k norms, no per-layer windows."""
+    return not (config.qk_norm or config.nope_layers or config.layer_types) and config.activation == "silu"
+
+
 def _plain_layer(layer: LayerWeights) -> bool:
     """Panel weights whose products come out at their width, no biases, float32 norms."""
     attn, mlp = layer.attn, layer.mlp
-    if not isinstance(mlp, MlpWeights):  # a sparse block: the Python loop
-        return False
+    if not isinstance(mlp, MlpWeights) or layer.attn_out_norm is not None or layer.mlp_out_norm is not None:
+        return False  # a sparse block or sandwich norms: the Python loop
     if any(b is not None for b in (attn.qkv_bias, attn.o_bias, mlp.gate_up_bias, mlp.down_bias)):
         return False
     if attn.q_norm is not None or attn.k_norm is not None:

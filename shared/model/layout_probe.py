@@ -16,7 +16,7 @@ import statistics
 
 import torch
 
-from treespec.shared.model.attention.torch_backend import TorchAttentionBackend
+from treespec.shared.model.attention.layered import attention_backend
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.forward_timing import time_forward
 from treespec.shared.model.kv_cache import KVCache
@@ -54,7 +54,7 @@ def choose_dense_rows(model: CausalLM) -> int:
     context = max(0, min(PROBE_CONTEXT, model.config.max_position_embeddings - sizes[-1]))
     blocks = -(-(context + sizes[-1]) // BLOCK)
     cache = KVCache.allocate(model.config, blocks, BLOCK, model.dtype, model.device)
-    backend = TorchAttentionBackend(model.config.sliding_window)
+    backend = attention_backend(model.config)
     chosen = 0
     for rows in sizes:
         dense, packed = [], []

@@ -18,7 +18,7 @@ from treespec.shared.model.linear import (
     panel_model_weights,
     set_dense_rows,
 )
-from treespec.shared.model.rope import build_rope_tables
+from treespec.shared.model.rope import build_layer_ropes
 from treespec.shared.model.weights import load_weights
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -65,7 +65,7 @@ def load_model(path: Path, options: LoadOptions | None = None) -> CausalLM:
     elif options.pack_weights and packing_supported(device, dtype):
         dual = options.dense_small_forwards and dense_copies_fit(weights)
         pack_model_weights(weights, keep_dense=dual)
-    model = CausalLM(config, weights, build_rope_tables(config, device))
+    model = CausalLM(config, weights, build_layer_ropes(config, device))
     if dual:
         set_dense_rows(weights, choose_dense_rows(model))
     return model

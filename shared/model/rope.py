@@ -4,6 +4,7 @@ kernels/row_ops.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import AutoConfig
@@ -25,16 +26,48 @@ class RopeTables:
         return self.cos[positions].unsqueeze(1).to(dtype), self.sin[positions].unsqueeze(1).to(dtype)
 
 
+@dataclass(frozen=True)
+class LayerRopes:
+    """Each layer's tables: one set for most models; Gemma 3's sliding and global layers differ."""
+
+    tables: tuple[RopeTables, ...]
+    layer_table: tuple[int, ...]  # per layer: its index in `tables`
+
+    def lookup(self, positions: torch.Tensor, dtype: torch.dtype) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(cos, sin) of every table for the given positions (RopeTables.lookup)."""
+        return [table.lookup(positions, dtype) for table in self.tables]
+
+
 def build_rope_tables(config: ModelConfig, device: torch.device) -> RopeTables:
-    inv_freq, scaling = _inv_freq(config)
+    params = config.raw.get("rope_parameters") or config.raw.get("rope_scaling") or {}
+    return _tables(config, params, device)
+
+
+def build_layer_ropes(config: ModelConfig, device: torch.device) -> LayerRopes:
+    """The model's tables, one per kind of layer where its layers differ (config.layer_types)."""
+    if not config.layer_types:
+        return LayerRopes((build_rope_tables(config, device),), (0,) * config.num_layers)
+    kinds = sorted(set(config.layer_types))
+    # transformers reads each kind's parameters however the config spells them (a rope_parameters
+    # entry per kind, or rope_theta and rope_scaling beside rope_local_base_freq).
+    per_kind = _hf_config(config).rope_parameters
+    tables = tuple(_tables(config, dict(per_kind[kind]), device, kind) for kind in kinds)
+    return LayerRopes(tables, tuple(kinds.index(kind) for kind in config.layer_types))
+
+
+def _tables(
+    config: ModelConfig, params: dict[str, Any], device: torch.device, layer_type: str | None = None
+) -> RopeTables:
+    inv_freq, scaling = _inv_freq(config, params, layer_type)
     positions = torch.arange(config.max_position_embeddings, dtype=torch.float32)
     freqs = torch.outer(positions, inv_freq.float())
     emb = torch.cat((freqs, freqs), dim=-1)
     return RopeTables(cos=(emb.cos() * scaling).to(device), sin=(emb.sin() * scaling).to(device))
 
 
-def _inv_freq(config: ModelConfig) -> tuple[torch.Tensor, float]:
-    params = config.raw.get("rope_parameters") or config.raw.get("rope_scaling") or {}
+def _inv_freq(
+    config: ModelConfig, params: dict[str, Any], layer_type: str | None
+) -> tuple[torch.Tensor, float]:
     rope_type = params.get("rope_type") or params.get("type") or "default"
     if rope_type == "default":
         theta = float(params.get("rope_theta") or config.raw.get("rope_theta", 10000.0))
@@ -43,7 +76,12 @@ def _inv_freq(config: ModelConfig) -> tuple[torch.Tensor, float]:
     if rope_type == "dynamic" or rope_type not in ROPE_INIT_FUNCTIONS:
         raise ModelLoadError(f"unsupported rope type {rope_type!r}")
     # Scaled variants (llama3, yarn, linear, longrope): transformers owns the formulas.
-    raw = {k: v for k, v in config.raw.items() if k != "model_type"}
-    hf_config = AutoConfig.for_model(config.raw["model_type"], **raw)
-    inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](hf_config, torch.device("cpu"))
+    inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](
+        _hf_config(config), torch.device("cpu"), layer_type=layer_type
+    )
     return inv_freq, float(scaling)
+
+
+def _hf_config(config: ModelConfig) -> Any:
+    raw = {k: v for k, v in config.raw.items() if k != "model_type"}
+    return AutoConfig.for_model(config.raw["model_type"], **raw)

@@ -71,6 +71,14 @@ class LayerWeights:
     post_attention_norm: torch.Tensor  # [hidden]
     attn: AttentionWeights
     mlp: MlpWeights | ExpertWeights
+    # Sandwich norms (Gemma 3): each block's output normed before it joins the residual stream.
+    attn_out_norm: torch.Tensor | None = None
+    mlp_out_norm: torch.Tensor | None = None
+
+    def norms(self) -> tuple[torch.Tensor, ...]:
+        """The layer's RMSNorm weights over the hidden size."""
+        optional = (self.attn_out_norm, self.mlp_out_norm)
+        return (self.input_norm, self.post_attention_norm, *(n for n in optional if n is not None))
 
     def matmuls(self) -> tuple[Weight, ...]:
         """The layer's matmul weights (its biases, norms and a router aside)."""
@@ -136,7 +144,7 @@ def load_weights(path: Path, config: ModelConfig, dtype: torch.dtype, device: to
             lm_head, embed = _transposed(embed), None
         else:
             lm_head = _transposed(loader.tensor("lm_head.weight", shape))
-        norm = loader.tensor("model.norm.weight", (config.hidden_size,))
+        norm = loader.tensor("model.norm.weight", (config.hidden_size,)) + config.norm_offset
         return ModelWeights(embed=embed, layers=layers, norm=norm, lm_head=lm_head)
 
 
@@ -167,6 +175,11 @@ class _Loader:
             if c.moe is not None and i in c.moe.sparse_layers
             else self.mlp(p + "mlp."),
         )
+        if c.sandwich_norms:  # Gemma's names: post_attention_layernorm norms the attention's output
+            layer.attn_out_norm = layer.post_attention_norm
+            layer.post_attention_norm = self.tensor(p + "pre_feedforward_layernorm.weight", (h,))
+            layer.mlp_out_norm = self.tensor(p + "post_feedforward_layernorm.weight", (h,))
+        _fold_norm_offset(layer, c)
         _fold_multipliers(layer, c)
         return layer
 
@@ -227,17 +240,29 @@ class _Loader:
         )
 
 
+def _fold_norm_offset(layer: LayerWeights, config: ModelConfig) -> None:
+    """Gemma's norms scale by 1 + w: the offset added to the weights once (in place)."""
+    if config.norm_offset:
+        for norm in (*layer.norms(), layer.attn.q_norm, layer.attn.k_norm):
+            if norm is not None:
+                norm += config.norm_offset
+
+
 def _fold_multipliers(layer: LayerWeights, config: ModelConfig) -> None:
-    """Granite's attention and residual multipliers, folded into the projections (in place, before
-    any repacking): the query's columns scaled so that the usual 1/sqrt(head_dim) gives the model's
-    attention scale, the blocks' output projections by the residual multiplier."""
+    """Granite's and Gemma's attention scale and Granite's residual multiplier, folded into the weights
+    (in place, before any repacking): the queries scaled so that the usual 1/sqrt(head_dim) gives the
+    model's attention scale (by the q norm where there is one, which would undo a scaled projection),
+    the blocks' output projections by the residual multiplier."""
     m, attn, mlp = config.multipliers, layer.attn, layer.mlp
     if m.attention is not None:
         q_scale = m.attention * math.sqrt(config.head_dim)
-        assert isinstance(attn.qkv, torch.Tensor)
-        attn.qkv[:, : config.q_size] *= q_scale
-        if attn.qkv_bias is not None:
-            attn.qkv_bias[: config.q_size] *= q_scale
+        if attn.q_norm is not None:
+            attn.q_norm *= q_scale
+        else:
+            assert isinstance(attn.qkv, torch.Tensor)
+            attn.qkv[:, : config.q_size] *= q_scale
+            if attn.qkv_bias is not None:
+                attn.qkv_bias[: config.q_size] *= q_scale
     if m.residual != 1.0:
         assert isinstance(attn.o, torch.Tensor) and isinstance(mlp, MlpWeights)
         assert isinstance(mlp.down, torch.Tensor)

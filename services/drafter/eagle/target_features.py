@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import torch
 
 from treespec.shared.drafting.features import FeatureSpec
+from treespec.shared.model.attention.layered import attention_backend
 from treespec.shared.model.attention.layout import BatchLayout, SequenceLayout
-from treespec.shared.model.attention.torch_backend import TorchAttentionBackend
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.kv_cache import KVCache
 
@@ -51,7 +51,7 @@ class TargetFeatureReader:
         self.block = block
         self.num_blocks = -(-max_tokens // block)
         self.cache = KVCache.allocate(model.config, self.num_blocks, block, model.dtype, model.device)
-        self.backend = TorchAttentionBackend(model.config.sliding_window)
+        self.backend = attention_backend(model.config)
 
     @property
     def max_tokens(self) -> int:

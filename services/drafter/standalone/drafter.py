@@ -34,8 +34,8 @@ from treespec.shared.drafting.drafter import Drafter, DrafterContext, DraftQuery
 from treespec.shared.drafting.features import FeatureSlots
 from treespec.shared.drafting.token_tree import TokenTree
 from treespec.shared.drafting.tree_search import SearchTree, grow_levels, proposal, ranked_children
+from treespec.shared.model.attention.layered import attention_backend
 from treespec.shared.model.attention.layout import BatchLayout, SequenceLayout
-from treespec.shared.model.attention.torch_backend import TorchAttentionBackend
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.config import ModelConfig
 from treespec.shared.model.loader import LoadOptions, load_model
@@ -73,7 +73,7 @@ class StandaloneDrafter(Drafter):
             model.device,
             prefix_caching=config.prefix_caching,
         )
-        self.backend = TorchAttentionBackend(model.config.sliding_window)
+        self.backend = attention_backend(model.config)
         self._requests: dict[str, _Request] = {}
         self._generator = torch.Generator().manual_seed(config.seed) if config.draft_probs else None
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from treespec.shared.model.attention.layered import attention_backend
 from treespec.shared.model.attention.layout import BatchLayout, SequenceLayout
-from treespec.shared.model.attention.torch_backend import TorchAttentionBackend
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.kv_cache import BlockAllocator, KVCache
 
@@ -30,7 +30,7 @@ class PagedDriver:
             self.model.config, self.num_blocks, BLOCK, self.model.dtype, self.model.device
         )
         self.alloc = BlockAllocator(self.num_blocks)
-        self.backend = TorchAttentionBackend(self.model.config.sliding_window)
+        self.backend = attention_backend(self.model.config)
 
     def layout(self, seq: Seq, n_new: int, parents: torch.Tensor | None = None) -> SequenceLayout:
         need = -(-(seq.cached + n_new) // BLOCK) - len(seq.blocks)

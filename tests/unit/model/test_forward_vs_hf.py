@@ -58,6 +58,24 @@ FAMILIES: dict[str, tuple[type[transformers.PretrainedConfig], dict[str, Any]]] 
             logits_scaling=2.5,
         ),
     ),
+    # Gemma 3: two sliding-window layers (6 tokens, each with its own rotary base) around a global
+    # one with linear rope scaling; GeGLU, (1 + w) sandwich norms, q/k norms, its attention scale.
+    "gemma3": (
+        transformers.Gemma3TextConfig,
+        dict(
+            head_dim=16,
+            sliding_window=6,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            query_pre_attn_scalar=24,
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+                "full_attention": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0},
+            },
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
     # Mixture of experts: every token takes 2 of 6 experts; Qwen3-MoE's second layer is dense (its
     # mlp_only_layers), its kept probabilities renormalized; Mixtral always renormalizes.
     "qwen3-moe": (

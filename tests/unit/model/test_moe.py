@@ -1,5 +1,5 @@
-"""Mixture-of-experts families: which layers are sparse, their checkpoints' errors, and the engine's
-speculation staying lossless over them (their logits against HF's: test_forward_vs_hf.py)."""
+"""Mixture-of-experts families: which layers are sparse and their checkpoints' errors (their logits
+against HF's: test_forward_vs_hf.py; speculation over them: test_engine_families.py)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,10 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from tests.unit.model.test_forward_vs_hf import make_checkpoint
-from treespec.drafter.random_tree.drafter import RandomTreeDrafter
 from treespec.shared.model.config import ModelConfig
 from treespec.shared.model.errors import ModelLoadError
 from treespec.shared.model.loader import load_model
 from treespec.shared.model.weights import ExpertWeights, MlpWeights
-from treespec.verifier.config import EngineConfig
-from treespec.verifier.engine import Engine
-from treespec.verifier.request import GenerationRequest, SamplingParams, SpeculationParams
 
 VOCAB = 97
 
@@ -77,26 +73,3 @@ def test_an_expert_count_that_does_not_fit_the_checkpoint_is_an_error(tmp_path: 
     (tmp_path / "config.json").write_text(json.dumps({**config, "num_local_experts": 7}))
     with pytest.raises(ModelLoadError, match=r"gate\.weight"):
         load_model(tmp_path)
-
-
-@pytest.mark.parametrize("family", ["qwen3-moe", "mixtral"])
-def test_speculation_over_experts_is_lossless(tmp_path: Path, family: str) -> None:
-    """Random trees, several requests batched: greedy outputs as plain decoding's."""
-    make_checkpoint(tmp_path, family)
-    model = load_model(tmp_path)
-    prompts = [[(5 * i + 3 * j) % VOCAB for j in range(4 + 5 * i)] for i in range(4)]
-
-    def run(spec: bool) -> dict[str, list[int]]:
-        drafter = RandomTreeDrafter(VOCAB, seed=2) if spec else None
-        engine = Engine(EngineConfig(model_path=tmp_path, page_size=4, max_total_tokens=1024), drafter, model)
-        sampling = SamplingParams(temperature=0.0, max_new_tokens=20, ignore_eos=True)
-        requests = (
-            GenerationRequest(f"r{i}", p, sampling, SpeculationParams(enabled=spec))
-            for i, p in enumerate(prompts)
-        )
-        results = engine.generate(requests)
-        if spec:
-            assert engine.stats.drafted_tokens > 0
-        return {k: v.token_ids for k, v in results.items()}
-
-    assert run(spec=True) == run(spec=False)

@@ -10,15 +10,25 @@ import torch
 from tests.unit.model.paged import PagedDriver, Seq
 from tests.unit.model.test_forward_vs_hf import TINY, make_checkpoint, rel_err
 from treespec.shared.model.attention.layout import BatchLayout
+from treespec.shared.model.attention.torch_backend import TorchAttentionBackend
 from treespec.shared.model.causal_lm import CausalLM
 from treespec.shared.model.loader import load_model
 
 
-# mixtral: sparse expert blocks; smollm3: a layer without rotary embeddings
-@pytest.fixture(scope="module", params=["qwen2", "mixtral", "smollm3"])
+# mixtral: sparse expert blocks; smollm3: a layer without rotary embeddings; gemma3: sliding-window
+# layers (6 tokens) beside a global one
+@pytest.fixture(scope="module", params=["qwen2", "mixtral", "smollm3", "gemma3"])
 def model(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> CausalLM:
     path: Path = tmp_path_factory.mktemp(request.param)
     make_checkpoint(path, request.param)
+    return load_model(path)
+
+
+@pytest.fixture(scope="module")
+def qwen2(tmp_path_factory: pytest.TempPathFactory) -> CausalLM:
+    """For the tests that look into the torch backend's plan (one backend, one window)."""
+    path: Path = tmp_path_factory.mktemp("qwen2-plans")
+    make_checkpoint(path, "qwen2")
     return load_model(path)
 
 
@@ -42,13 +52,14 @@ def test_chunked_prefill_equals_one_shot(model: CausalLM, chunks: list[int]) -> 
     assert rel_err(got, want) < 1e-5
 
 
-def test_a_long_chunk_attended_by_sdpa_equals_the_prefill_kernels(model: CausalLM) -> None:
+def test_a_long_chunk_attended_by_sdpa_equals_the_prefill_kernels(qwen2: CausalLM) -> None:
     """The prefill kernel and SDPA (what serves where the kernel does not) give the same logits."""
     prompt = ids(37, 1)
-    with_kernel = PagedDriver(model)
-    plan = with_kernel.backend.plan(BatchLayout([with_kernel.layout(Seq(), 37, None)]), model.device)
+    with_kernel = PagedDriver(qwen2)
+    plan = with_kernel.backend.plan(BatchLayout([with_kernel.layout(Seq(), 37, None)]), qwen2.device)
     assert all(group.prefill is not None for group in plan.groups)
-    sdpa = PagedDriver(model)
+    sdpa = PagedDriver(qwen2)
+    assert isinstance(sdpa.backend, TorchAttentionBackend)
     sdpa.backend.prefill_kernel = False
     got = with_kernel.forward([(Seq(), prompt, None)])[0]
     assert rel_err(got, sdpa.forward([(Seq(), prompt, None)])[0]) < 1e-5
@@ -97,7 +108,7 @@ def test_tree_node_logits_equal_its_path_as_a_chain(model: CausalLM) -> None:
         assert rel_err(tree_logits[node], solo[-1]) < 1e-5
 
 
-def test_decodes_beside_long_prefills_are_grouped_and_equal_one_at_a_time(model: CausalLM) -> None:
+def test_decodes_beside_long_prefills_are_grouped_and_equal_one_at_a_time(qwen2: CausalLM) -> None:
     """The torch backend attends sequences in groups of similar lengths (one padded SDPA call each):
     decodes next to long prefill chunks and a tree give what each gives alone."""
     history = [ids(n, 20 + s) for s, n in enumerate((9, 10, 30, 5, 12, 7))]
@@ -105,16 +116,16 @@ def test_decodes_beside_long_prefills_are_grouped_and_equal_one_at_a_time(model:
     parents = [None, None, None, None, None, torch.tensor([-1, 0, 0, 1, 1, 2])]
     alone = []
     for h, x, p in zip(history, new, parents, strict=True):
-        driver, seq = PagedDriver(model), Seq()
+        driver, seq = PagedDriver(qwen2), Seq()
         driver.forward([(seq, h, None)])
         alone.append(driver.forward([(seq, x, p)])[0])
-    driver = PagedDriver(model)
+    driver = PagedDriver(qwen2)
     seqs = [Seq() for _ in history]
     for seq, h in zip(seqs, history, strict=True):
         driver.forward([(seq, h, None)])
     items = list(zip(seqs, new, parents, strict=True))
     layouts = [driver.layout(Seq(list(s.blocks), s.cached), len(x), p) for s, x, p in items]
-    groups = driver.backend.plan(BatchLayout(layouts), model.device).groups
+    groups = driver.backend.plan(BatchLayout(layouts), qwen2.device).groups
     assert len(groups) > 1 and any(g.q_rows is not None for g in groups)  # several groups, one shared
     together = driver.forward(items)
     for a, b in zip(together, alone, strict=True):
