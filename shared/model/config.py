@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from transformers import AutoConfig
+
 from treespec.shared.model.errors import ModelLoadError
 from treespec.shared.model.moe import MoeConfig
 
@@ -26,6 +28,13 @@ SUPPORTED_ARCHITECTURES = {
     # Sparse mixture-of-experts feed-forward layers (moe.py) on the same attention.
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "MixtralForCausalLM": "mixtral",
+}
+
+# Vision-language checkpoints whose text model is served (text in, text out; images are not taken):
+# the wrapper's architecture -> its text model's, read from the config's `text_config`.
+TEXT_MODELS = {
+    "Gemma3ForConditionalGeneration": "Gemma3ForCausalLM",
+    "Mistral3ForConditionalGeneration": "MistralForCausalLM",
 }
 
 
@@ -118,6 +127,7 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> ModelConfig:
+        raw = _text_model(raw)
         architecture = _architecture(raw)
         family = SUPPORTED_ARCHITECTURES[architecture]
         num_heads = int(raw["num_attention_heads"])
@@ -165,6 +175,26 @@ class ModelConfig:
             return cls.from_dict(raw)
         except KeyError as exc:
             raise ModelLoadError(f"{config_file}: missing key {exc}") from exc
+
+
+def _text_model(raw: dict[str, Any]) -> dict[str, Any]:
+    """A vision-language config's text model as a causal LM's config: its `text_config` with
+    transformers' defaults for what it leaves out (the makers' files leave out much), the wrapper's
+    end tokens and embedding tying; any other config as it is."""
+    wrapper = next((name for name in raw.get("architectures") or () if name in TEXT_MODELS), None)
+    text = raw.get("text_config")
+    if wrapper is None or not isinstance(text, dict) or not text.get("model_type"):
+        return raw
+    model_type = str(text["model_type"])
+    try:
+        hf = AutoConfig.for_model(model_type, **{k: v for k, v in text.items() if k != "model_type"})
+    except (ValueError, TypeError) as exc:
+        raise ModelLoadError(f"text_config of {wrapper}: {exc}") from exc
+    full = {**hf.to_dict(), "model_type": model_type, "architectures": [TEXT_MODELS[wrapper]]}
+    for key in ("eos_token_id", "tie_word_embeddings"):
+        if raw.get(key) is not None:
+            full[key] = raw[key]
+    return full
 
 
 def _architecture(raw: dict[str, Any]) -> str:

@@ -135,16 +135,17 @@ class TensorSource:
 def load_weights(path: Path, config: ModelConfig, dtype: torch.dtype, device: torch.device) -> ModelWeights:
     with ExitStack() as stack:
         source = TensorSource(path, stack)
-        loader = _Loader(source, config, dtype, device)
+        prefix, head = _text_model_names(source.names())
+        loader = _Loader(source, config, dtype, device, prefix)
         layers = [loader.layer(i) for i in _progress(config.num_layers, path)]
         shape = (config.vocab_size, config.hidden_size)
-        embed: torch.Tensor | None = loader.tensor("model.embed_tokens.weight", shape)
-        if config.tie_word_embeddings or "lm_head.weight" not in source.names():
+        embed: torch.Tensor | None = loader.tensor(prefix + "embed_tokens.weight", shape)
+        if config.tie_word_embeddings or head not in source.names():
             assert embed is not None
             lm_head, embed = _transposed(embed), None
         else:
-            lm_head = _transposed(loader.tensor("lm_head.weight", shape))
-        norm = loader.tensor("model.norm.weight", (config.hidden_size,)) + config.norm_offset
+            lm_head = _transposed(loader.tensor(head, shape))
+        norm = loader.tensor(prefix + "norm.weight", (config.hidden_size,)) + config.norm_offset
         return ModelWeights(embed=embed, layers=layers, norm=norm, lm_head=lm_head)
 
 
@@ -154,6 +155,7 @@ class _Loader:
     config: ModelConfig
     dtype: torch.dtype
     device: torch.device
+    prefix: str = "model."  # where the text model's tensors are (_text_model_names)
 
     def tensor(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
         t = self.source.get(name)
@@ -165,7 +167,7 @@ class _Loader:
         return self.tensor(name, shape) if present else None
 
     def layer(self, i: int) -> LayerWeights:
-        c, p = self.config, f"model.layers.{i}."
+        c, p = self.config, f"{self.prefix}layers.{i}."
         h = c.hidden_size
         layer = LayerWeights(
             input_norm=self.tensor(p + "input_layernorm.weight", (h,)),
@@ -238,6 +240,22 @@ class _Loader:
             down=_transposed(self.tensor(f"{p}{down}.weight", (h, i))),
             down_bias=down_bias,
         )
+
+
+# Where checkpoints keep the text model (its layers, embedding and norm) and its lm_head: causal LMs;
+# vision-language ones as their makers and transformers 5 save them, and as transformers 4.52-4.57 did.
+_TEXT_MODEL_NAMES = (
+    ("model.", "lm_head.weight"),
+    ("language_model.model.", "language_model.lm_head.weight"),
+    ("model.language_model.", "lm_head.weight"),
+)
+
+
+def _text_model_names(names: set[str]) -> tuple[str, str]:
+    for prefix, head in _TEXT_MODEL_NAMES:
+        if prefix + "embed_tokens.weight" in names:
+            return prefix, head
+    return _TEXT_MODEL_NAMES[0]  # the missing embedding is then named as the error
 
 
 def _fold_norm_offset(layer: LayerWeights, config: ModelConfig) -> None:
