@@ -164,9 +164,17 @@ class CausalLM:
             qk = torch.cat([self._norm(q, w.q_norm), self._norm(k, w.k_norm)], dim=1)
         # One rotation for the query and key heads together: fewer small ops per layer.
         if layer not in c.nope_layers:
-            qk = apply_rope(qk, cos, sin)
+            qk = self._rotate(qk, cos, sin)
         q, k = qk.split([c.num_heads, c.num_kv_heads], dim=1)
         return linear(backend.attend(plan, layer, q, k, v, cache), w.o, w.o_bias)
+
+    def _rotate(self, qk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """The rotary embedding over each head's leading rotated dims (all of them but for a partial
+        rotary factor, whose other dims pass through)."""
+        rotated = self.config.rotated_dims
+        if rotated == qk.shape[-1]:
+            return apply_rope(qk, cos, sin)
+        return torch.cat([apply_rope(qk[..., :rotated], cos, sin), qk[..., rotated:]], dim=-1)
 
     def _feed_forward(self, w: MlpWeights | ExpertWeights, x: torch.Tensor) -> torch.Tensor:
         if isinstance(w, ExpertWeights):

@@ -22,6 +22,7 @@ SUPPORTED_ARCHITECTURES = {
     "Qwen3ForCausalLM": "qwen3",
     "SmolLM3ForCausalLM": "smollm3",  # some layers without rotary embeddings (no_rope_layers)
     "GraniteForCausalLM": "granite",  # Llama with muP multipliers (Multipliers)
+    "Phi3ForCausalLM": "phi3",  # fused qkv and gate-up tensors; rotary over part of each head
     # Gemma 3 (text): GeGLU, (1 + w) norms around each block, q/k norms, sliding-window layers
     # between global ones, each kind with its own rotary base.
     "Gemma3ForCausalLM": "gemma3",
@@ -96,6 +97,12 @@ class ModelConfig:
     activation: str = "silu"  # of the MLP's gate: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
     norm_offset: float = 0.0  # the norms scale by offset + weight (Gemma: 1 + w)
     sandwich_norms: bool = False  # each block's output normed too before it joins the residual
+    rotary_dim: int = 0  # the leading dims of each head that rotate (partial_rotary_factor; 0: all)
+
+    @property
+    def rotated_dims(self) -> int:
+        """The leading dims of each head that the rotary embedding turns."""
+        return self.rotary_dim or self.head_dim
 
     @property
     def layer_windows(self) -> tuple[int | None, ...]:
@@ -133,6 +140,7 @@ class ModelConfig:
         num_heads = int(raw["num_attention_heads"])
         hidden = int(raw["hidden_size"])
         num_layers = int(raw["num_hidden_layers"])
+        head_dim = int(raw.get("head_dim") or hidden // num_heads)
         return cls(
             architecture=architecture,
             family=family,
@@ -142,7 +150,7 @@ class ModelConfig:
             num_layers=num_layers,
             num_heads=num_heads,
             num_kv_heads=int(raw.get("num_key_value_heads") or num_heads),
-            head_dim=int(raw.get("head_dim") or hidden // num_heads),
+            head_dim=head_dim,
             rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
             max_position_embeddings=int(raw.get("max_position_embeddings", 4096)),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
@@ -160,6 +168,7 @@ class ModelConfig:
             activation="gelu_tanh" if family == "gemma3" else "silu",
             norm_offset=1.0 if family == "gemma3" else 0.0,
             sandwich_norms=family == "gemma3",
+            rotary_dim=_rotary_dim(raw, head_dim),
         )
 
     @classmethod
@@ -216,6 +225,17 @@ def _sliding_window(raw: dict[str, Any], family: str) -> int | None:
     if family in ("qwen2", "qwen3", "qwen3_moe") and not raw.get("use_sliding_window", False):
         return None
     return int(window)
+
+
+def _rotary_dim(raw: dict[str, Any], head_dim: int) -> int:
+    """The rotated dims of each head: all, or `partial_rotary_factor` of them (top level, or in the
+    rope parameters as transformers 5 writes it)."""
+    params = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+    factor = raw.get("partial_rotary_factor") or params.get("partial_rotary_factor") or 1.0
+    dim = int(head_dim * float(factor))
+    if dim <= 0 or dim > head_dim or dim % 2:
+        raise ModelLoadError(f"partial_rotary_factor {factor} gives {dim} rotated dims of {head_dim}")
+    return dim
 
 
 def _layer_types(raw: dict[str, Any], family: str, num_layers: int) -> tuple[str, ...]:

@@ -108,9 +108,10 @@ class StepRows:
 
 
 def _plain_config(config: ModelConfig) -> bool:
-    """A model whose layers the C++ loop computes: SwiGLU, one rotary table applied in every layer,
-    no q/k norms, no per-layer windows."""
-    return not (config.qk_norm or config.nope_layers or config.layer_types) and config.activation == "silu"
+    """A model whose layers the C++ loop computes: SwiGLU, one rotary table turning whole heads in every
+    layer, no q/k norms, no per-layer windows."""
+    plain_rope = not config.nope_layers and config.rotated_dims == config.head_dim
+    return not (config.qk_norm or config.layer_types) and plain_rope and config.activation == "silu"
 
 
 def _plain_layer(layer: LayerWeights) -> bool:

@@ -58,26 +58,37 @@ def build_layer_ropes(config: ModelConfig, device: torch.device) -> LayerRopes:
 def _tables(
     config: ModelConfig, params: dict[str, Any], device: torch.device, layer_type: str | None = None
 ) -> RopeTables:
-    inv_freq, scaling = _inv_freq(config, params, layer_type)
+    """cos/sin over the rotated dims (config.rotated_dims) of every position. LongRoPE (Phi-3.5, Phi-4
+    mini) rotates positions below its original context with its short factors and the later ones with
+    its long factors, as transformers does for a sequence decoded past that length."""
     positions = torch.arange(config.max_position_embeddings, dtype=torch.float32)
+    inv_freq, scaling = _inv_freq(config, params, layer_type)
     freqs = torch.outer(positions, inv_freq.float())
+    if _rope_type(params) == "longrope":
+        original = int(_hf_config(config).rope_parameters["original_max_position_embeddings"])
+        long_inv_freq, _ = _inv_freq(config, params, layer_type, seq_len=original + 1)
+        freqs[original:] = torch.outer(positions[original:], long_inv_freq.float())
     emb = torch.cat((freqs, freqs), dim=-1)
     return RopeTables(cos=(emb.cos() * scaling).to(device), sin=(emb.sin() * scaling).to(device))
 
 
+def _rope_type(params: dict[str, Any]) -> str:
+    return str(params.get("rope_type") or params.get("type") or "default")
+
+
 def _inv_freq(
-    config: ModelConfig, params: dict[str, Any], layer_type: str | None
+    config: ModelConfig, params: dict[str, Any], layer_type: str | None, seq_len: int | None = None
 ) -> tuple[torch.Tensor, float]:
-    rope_type = params.get("rope_type") or params.get("type") or "default"
+    rope_type = _rope_type(params)
     if rope_type == "default":
         theta = float(params.get("rope_theta") or config.raw.get("rope_theta", 10000.0))
-        dims = torch.arange(0, config.head_dim, 2, dtype=torch.float32)
-        return 1.0 / (theta ** (dims / config.head_dim)), 1.0
+        dims = torch.arange(0, config.rotated_dims, 2, dtype=torch.float32)
+        return 1.0 / (theta ** (dims / config.rotated_dims)), 1.0
     if rope_type == "dynamic" or rope_type not in ROPE_INIT_FUNCTIONS:
         raise ModelLoadError(f"unsupported rope type {rope_type!r}")
     # Scaled variants (llama3, yarn, linear, longrope): transformers owns the formulas.
     inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](
-        _hf_config(config), torch.device("cpu"), layer_type=layer_type
+        _hf_config(config), torch.device("cpu"), seq_len=seq_len, layer_type=layer_type
     )
     return inv_freq, float(scaling)
 

@@ -113,11 +113,12 @@ class TensorSource:
 
     def __init__(self, path: Path, stack: ExitStack) -> None:
         self._files = _weight_map(path)
+        self._names = frozenset(self._files)
         self._stack = stack
         self._open: dict[Path, object] = {}
 
-    def names(self) -> set[str]:
-        return set(self._files)
+    def names(self) -> frozenset[str]:
+        return self._names
 
     def get(self, name: str) -> torch.Tensor:
         file = self._files.get(name)
@@ -190,7 +191,9 @@ class _Loader:
         h, sizes = c.hidden_size, (c.q_size, c.kv_size, c.kv_size)
         names = ("q_proj", "k_proj", "v_proj")
         qkv = _transposed(
-            torch.cat([self.tensor(f"{p}{n}.weight", (s, h)) for n, s in zip(names, sizes, strict=True)])
+            self.tensor(f"{p}qkv_proj.weight", (sum(sizes), h))  # fused in the checkpoint (Phi-3)
+            if f"{p}qkv_proj.weight" in self.source.names()
+            else torch.cat([self.tensor(f"{p}{n}.weight", (s, h)) for n, s in zip(names, sizes, strict=True)])
         )
         bias = None
         if c.attention_bias:
@@ -226,7 +229,9 @@ class _Loader:
         h, i = c.hidden_size, size or c.intermediate_size
         gate, up, down = names
         gate_up = _transposed(
-            torch.cat([self.tensor(f"{p}{gate}.weight", (i, h)), self.tensor(f"{p}{up}.weight", (i, h))])
+            self.tensor(f"{p}gate_up_proj.weight", (2 * i, h))  # fused in the checkpoint (Phi-3)
+            if f"{p}gate_up_proj.weight" in self.source.names()
+            else torch.cat([self.tensor(f"{p}{gate}.weight", (i, h)), self.tensor(f"{p}{up}.weight", (i, h))])
         )
         gate_up_bias = down_bias = None
         if c.mlp_bias:
@@ -251,7 +256,7 @@ _TEXT_MODEL_NAMES = (
 )
 
 
-def _text_model_names(names: set[str]) -> tuple[str, str]:
+def _text_model_names(names: frozenset[str]) -> tuple[str, str]:
     for prefix, head in _TEXT_MODEL_NAMES:
         if prefix + "embed_tokens.weight" in names:
             return prefix, head

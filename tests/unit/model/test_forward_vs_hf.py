@@ -76,6 +76,18 @@ FAMILIES: dict[str, tuple[type[transformers.PretrainedConfig], dict[str, Any]]] 
             eos_token_id=2,
         ),
     ),
+    # Phi-3/Phi-4: fused q/k/v and gate/up tensors; Phi-4-mini's rotary over part of each head.
+    "phi3": (transformers.Phi3Config, dict(pad_token_id=0, eos_token_id=2, bos_token_id=1)),
+    "phi3-partial-rotary": (
+        transformers.Phi3Config,
+        dict(
+            partial_rotary_factor=0.5,
+            tie_word_embeddings=True,
+            pad_token_id=0,
+            eos_token_id=2,
+            bos_token_id=1,
+        ),
+    ),
     # Mixture of experts: every token takes 2 of 6 experts; Qwen3-MoE's second layer is dense (its
     # mlp_only_layers), its kept probabilities renormalized; Mixtral always renormalizes.
     "qwen3-moe": (
