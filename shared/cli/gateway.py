@@ -294,7 +294,8 @@ def add_reply_parser_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="the model's tool-call format, read out of its replies for tool_choice 'auto' (hermes: "
         "Qwen2.5/3, Hermes; llama3_json: Llama 3.1+; pythonic: Llama 3.2/4; qwen3_coder: Qwen3-Coder; "
-        "glm45: GLM-4.5/4.6; mistral; deepseek_v3, deepseek_v31; kimi_k2); default: 'auto' is refused",
+        "glm45: GLM-4.5/4.6; mistral; deepseek_v3, deepseek_v31; kimi_k2; granite: Granite 3; "
+        "phi4_mini_json: Phi-4-mini); default: 'auto' is refused",
     )
     p.add_argument(
         "--enable-auto-tool-choice",

@@ -6,10 +6,12 @@ from __future__ import annotations
 from treespec.gateway.tool_parsers.base import ToolCallParser
 from treespec.gateway.tool_parsers.deepseek import DeepSeekV3Parser, DeepSeekV31Parser
 from treespec.gateway.tool_parsers.glm45 import Glm45Parser
+from treespec.gateway.tool_parsers.granite import GraniteParser
 from treespec.gateway.tool_parsers.hermes import HermesParser
 from treespec.gateway.tool_parsers.kimi_k2 import KimiK2Parser
 from treespec.gateway.tool_parsers.llama3_json import Llama3JsonParser
 from treespec.gateway.tool_parsers.mistral import MistralParser
+from treespec.gateway.tool_parsers.phi4_mini import Phi4MiniJsonParser
 from treespec.gateway.tool_parsers.pythonic import PythonicParser
 from treespec.gateway.tool_parsers.qwen3_coder import Qwen3CoderParser
 
@@ -25,6 +27,8 @@ TOOL_CALL_PARSERS: dict[str, type[ToolCallParser]] = {
         DeepSeekV31Parser,
         Glm45Parser,
         KimiK2Parser,
+        GraniteParser,
+        Phi4MiniJsonParser,
     )
 }
 ALIASES = {

@@ -73,3 +73,16 @@ def call_from_json(value: Any) -> ParsedCall | None:
     if not isinstance(arguments, dict):
         return None
     return ParsedCall(value["name"], json.dumps(arguments, ensure_ascii=False))
+
+
+def calls_from_json_text(text: str) -> list[ParsedCall] | None:
+    """The calls `text` is whole: one JSON value, a list of calls (or one call), and nothing after it;
+    None when it is not (Mistral before v11, Granite, Phi-4-mini)."""
+    try:
+        value, end = json.JSONDecoder().raw_decode(text)
+    except json.JSONDecodeError:
+        return None
+    if text[end:].strip():
+        return None
+    calls = [call_from_json(v) for v in (value if isinstance(value, list) else [value])]
+    return None if not calls or any(c is None for c in calls) else [c for c in calls if c is not None]

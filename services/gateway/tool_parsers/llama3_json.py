@@ -16,7 +16,7 @@ class Llama3JsonParser(ToolCallParser):
     name = "llama3_json"
 
     def reader(self) -> ToolCallReader:
-        return WholeOutputReader("{", _calls, PYTHON_TAG)
+        return WholeOutputReader("{", _calls, (PYTHON_TAG,))
 
 
 def _calls(text: str) -> list[ParsedCall] | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from treespec.gateway.tool_parsers.base import ParsedCall, call_from_json
+from treespec.gateway.tool_parsers.base import ParsedCall, call_from_json, calls_from_json_text
 from treespec.gateway.tool_parsers.marked_tail import MarkedTailParser
 
 MARKER = "[TOOL_CALLS]"
@@ -24,21 +24,9 @@ class MistralParser(MarkedTailParser):
     @staticmethod
     def calls(tail: str) -> list[ParsedCall] | None:
         if tail.lstrip().startswith(("[", "{")):
-            return _json_calls(tail.strip())
+            return calls_from_json_text(tail.strip())
         calls = [_named_call(part) for part in tail.split(MARKER)]
         return None if any(c is None for c in calls) else [c for c in calls if c is not None]
-
-
-def _json_calls(text: str) -> list[ParsedCall] | None:
-    """Before v11: one JSON value, a list of calls (or one call), and nothing after it."""
-    try:
-        value, end = json.JSONDecoder().raw_decode(text)
-    except json.JSONDecodeError:
-        return None
-    if text[end:].strip():
-        return None
-    calls = [call_from_json(v) for v in (value if isinstance(value, list) else [value])]
-    return None if not calls or any(c is None for c in calls) else [c for c in calls if c is not None]
 
 
 def _named_call(part: str) -> ParsedCall | None:

@@ -9,17 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.gateway.text_pieces import random_pieces
+from tests.unit.gateway.text_pieces import joined_texts, streamed_pieces
 from treespec.gateway.config import GatewayConfig
 from treespec.gateway.text_markers import held_back
 from treespec.gateway.tool_parsers import TOOL_CALL_PARSERS
 from treespec.gateway.tool_parsers.base import ParsedCall, Piece, ToolCallParser, call_from_json
 from treespec.gateway.tool_parsers.deepseek import DeepSeekV3Parser, DeepSeekV31Parser
 from treespec.gateway.tool_parsers.glm45 import Glm45Parser
+from treespec.gateway.tool_parsers.granite import GraniteParser
 from treespec.gateway.tool_parsers.hermes import HermesParser
 from treespec.gateway.tool_parsers.kimi_k2 import KimiK2Parser
 from treespec.gateway.tool_parsers.llama3_json import Llama3JsonParser
 from treespec.gateway.tool_parsers.mistral import MistralParser
+from treespec.gateway.tool_parsers.phi4_mini import Phi4MiniJsonParser
 from treespec.gateway.tool_parsers.pythonic import PythonicParser
 from treespec.gateway.tool_parsers.qwen3_coder import Qwen3CoderParser
 from treespec.gateway.tool_schemas import ToolDef
@@ -29,23 +31,6 @@ WEATHER = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "C"}}'
 
 def _call(name: str, **arguments: object) -> ParsedCall:
     return ParsedCall(name, json.dumps(arguments, ensure_ascii=False))
-
-
-def _merged(pieces: list[Piece]) -> list[Piece]:
-    """Adjacent text pieces joined (a stream settles text in other splits than a whole reply)."""
-    out: list[Piece] = []
-    for piece in pieces:
-        if isinstance(piece, str) and out and isinstance(out[-1], str):
-            out[-1] += piece
-        else:
-            out.append(piece)
-    return out
-
-
-def _streamed(parser: ToolCallParser, text: str, rng: random.Random) -> list[Piece]:
-    reader = parser.reader()
-    pieces = [piece for chunk in random_pieces(text, rng, longest=6) for piece in reader.feed(chunk)]
-    return pieces + reader.finish()
 
 
 def test_the_registry_names_each_parser() -> None:
@@ -59,6 +44,8 @@ def test_the_registry_names_each_parser() -> None:
         "deepseek_v31": DeepSeekV31Parser,
         "glm45": Glm45Parser,
         "kimi_k2": KimiK2Parser,
+        "granite": GraniteParser,
+        "phi4_mini_json": Phi4MiniJsonParser,
     }
     assert [n for n, p in TOOL_CALL_PARSERS.items() if p.keeps_special_tokens] == [
         "mistral",
@@ -112,9 +99,9 @@ def test_held_back_is_what_could_still_open_the_marker() -> None:
 )
 def test_hermes_reads_the_calls_between_its_tags(text: str, pieces: list[Piece]) -> None:
     parser = HermesParser()
-    assert _merged(parser.parse(text)) == pieces
+    assert joined_texts(parser.parse(text)) == pieces
     for seed in range(20):
-        assert _merged(_streamed(parser, text, random.Random(seed))) == pieces
+        assert joined_texts(streamed_pieces(parser, text, random.Random(seed))) == pieces
 
 
 def test_hermes_holds_back_only_what_may_open_a_call() -> None:
@@ -145,9 +132,9 @@ def test_hermes_holds_back_only_what_may_open_a_call() -> None:
 )
 def test_llama3_json_reads_an_output_made_of_calls(text: str, pieces: list[Piece]) -> None:
     parser = Llama3JsonParser()
-    assert _merged(parser.parse(text)) == pieces
+    assert joined_texts(parser.parse(text)) == pieces
     for seed in range(20):
-        assert _merged(_streamed(parser, text, random.Random(seed))) == pieces
+        assert joined_texts(streamed_pieces(parser, text, random.Random(seed))) == pieces
 
 
 def test_llama3_json_streams_text_once_it_cannot_be_a_call() -> None:
@@ -169,9 +156,9 @@ def test_a_gateway_config_names_a_known_parser() -> None:
 
 def _reads_alike(parser: ToolCallParser, text: str, pieces: list[Piece]) -> None:
     """Whole, and streamed in random splits, the same pieces."""
-    assert _merged(parser.parse(text)) == pieces
+    assert joined_texts(parser.parse(text)) == pieces
     for seed in range(20):
-        assert _merged(_streamed(parser, text, random.Random(seed))) == pieces
+        assert joined_texts(streamed_pieces(parser, text, random.Random(seed))) == pieces
 
 
 def _text(text: str) -> tuple[str, list[Piece]]:
