@@ -13,6 +13,7 @@ from treespec.shared.model.errors import ModelLoadError
 from treespec.shared.model.moe import MoeConfig
 
 SLIDING, FULL = "sliding_attention", "full_attention"  # Gemma 3's kinds of layer
+QKV_BIAS_FAMILIES = ("qwen2", "qwen2_moe")  # biases on q, k and v, none on the output projection
 
 # Architectures whose weights and maths the own forward implements: the Llama family.
 SUPPORTED_ARCHITECTURES = {
@@ -28,6 +29,7 @@ SUPPORTED_ARCHITECTURES = {
     "Gemma3ForCausalLM": "gemma3",
     # Sparse mixture-of-experts feed-forward layers (moe.py) on the same attention.
     "Qwen3MoeForCausalLM": "qwen3_moe",
+    "Qwen2MoeForCausalLM": "qwen2_moe",  # and a shared expert beside the routed ones
     "MixtralForCausalLM": "mixtral",
 }
 
@@ -155,7 +157,7 @@ class ModelConfig:
             max_position_embeddings=int(raw.get("max_position_embeddings", 4096)),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             # Qwen2 always has q/k/v biases; Llama and Mistral only when the config says so.
-            attention_bias=family == "qwen2" or bool(raw.get("attention_bias", False)),
+            attention_bias=_attention_bias(raw, family),
             mlp_bias=bool(raw.get("mlp_bias", False)),
             qk_norm=family in ("qwen3", "qwen3_moe", "gemma3"),
             sliding_window=_sliding_window(raw, family),
@@ -222,9 +224,17 @@ def _sliding_window(raw: dict[str, Any], family: str) -> int | None:
         return None
     # Qwen2/Qwen3 configs carry a window but only use it when use_sliding_window is set; Gemma 3's
     # is that of its sliding layers (ModelConfig.layer_windows).
-    if family in ("qwen2", "qwen3", "qwen3_moe") and not raw.get("use_sliding_window", False):
+    if family in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and not raw.get("use_sliding_window", False):
         return None
     return int(window)
+
+
+def _attention_bias(raw: dict[str, Any], family: str) -> bool:
+    """Qwen2's q/k/v biases (and Qwen2-MoE's unless its qkv_bias says no); others' where their
+    attention_bias says so."""
+    if family in QKV_BIAS_FAMILIES:
+        return family == "qwen2" or bool(raw.get("qkv_bias", True))
+    return bool(raw.get("attention_bias", False))
 
 
 def _rotary_dim(raw: dict[str, Any], head_dim: int) -> int:

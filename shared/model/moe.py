@@ -1,4 +1,4 @@
-"""Sparse mixture-of-experts feed-forward layers (Qwen3-MoE, Mixtral): which layers have them, how
+"""Sparse mixture-of-experts feed-forward layers (Qwen3-MoE, Qwen2-MoE, Mixtral): which layers have them, how
 many experts a token takes, and where a checkpoint keeps them (the forward: moe_forward.py)."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ class MoeNames:
 
 MOE_NAMES = {
     "qwen3_moe": MoeNames("mlp.", "gate_proj", "up_proj", "down_proj"),
+    "qwen2_moe": MoeNames("mlp.", "gate_proj", "up_proj", "down_proj"),
     "mixtral": MoeNames("block_sparse_moe.", "w1", "w3", "w2"),
 }
 
@@ -31,6 +32,9 @@ class MoeConfig:
     normalize_top_k: bool  # renormalize the kept probabilities to sum to one
     sparse_layers: frozenset[int]  # the layers with a sparse block (the others: a dense MLP)
     names: MoeNames
+    # Qwen2-MoE: an expert every token takes too (`mlp.shared_expert`), its output scaled by a
+    # sigmoid gate of its own (`mlp.shared_expert_gate`); 0: none.
+    shared_intermediate_size: int = 0
 
     @classmethod
     def from_raw(cls, raw: dict[str, Any], family: str, num_layers: int) -> MoeConfig | None:
@@ -44,7 +48,7 @@ class MoeConfig:
                 sparse_layers=frozenset(range(num_layers)),
                 names=MOE_NAMES[family],
             )
-        if family == "qwen3_moe":
+        if family in ("qwen3_moe", "qwen2_moe"):
             experts = int(raw.get("num_experts") or raw.get("num_local_experts") or 0)
             step = int(raw.get("decoder_sparse_step", 1))
             dense = {int(i) for i in raw.get("mlp_only_layers") or ()}
@@ -56,9 +60,15 @@ class MoeConfig:
                 normalize_top_k=bool(raw.get("norm_topk_prob", False)),
                 sparse_layers=frozenset(sparse),
                 names=MOE_NAMES[family],
+                shared_intermediate_size=int(raw.get("shared_expert_intermediate_size") or 0)
+                if family == "qwen2_moe"
+                else 0,
             )
         return None
 
     def step_weights(self, hidden: int) -> int:
-        """Weights one token multiplies by in a sparse block: the router and its top-k experts."""
-        return hidden * self.num_experts + self.top_k * 3 * hidden * self.expert_intermediate_size
+        """Weights one token multiplies by in a sparse block: the router, its top-k experts and a shared
+        expert with its gate."""
+        routed = hidden * self.num_experts + self.top_k * 3 * hidden * self.expert_intermediate_size
+        shared = hidden + 3 * hidden * self.shared_intermediate_size if self.shared_intermediate_size else 0
+        return routed + shared

@@ -3,7 +3,8 @@ SwiGLU MLPs' outputs are summed weighted by the router's probabilities.
 
 The maths of HF transformers' blocks: softmax over every expert's logit (in float32), the top k
 kept, renormalized to sum to one where the model says so (Mixtral always; Qwen3-MoE with
-`norm_topk_prob`), then each expert runs once on the rows routed to it, experts in index order.
+`norm_topk_prob`), then each expert runs once on the rows routed to it, experts in index order; a
+shared expert (Qwen2-MoE) on every row, scaled by its sigmoid gate, is added last.
 """
 
 from __future__ import annotations
@@ -34,4 +35,6 @@ def moe_forward(
         rows, slot = torch.where(chosen == expert)
         y = mlp(block.experts[expert], x[rows]) * weights[rows, slot, None]
         out.index_add_(0, rows, y)
+    if block.shared is not None and block.shared_gate is not None:  # Qwen2-MoE's shared expert
+        out = out + torch.sigmoid(linear(x, block.shared_gate)) * mlp(block.shared, x)
     return out

@@ -14,7 +14,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from tqdm import tqdm
 
-from treespec.shared.model.config import ModelConfig
+from treespec.shared.model.config import QKV_BIAS_FAMILIES, ModelConfig
 from treespec.shared.model.dual_layout import HeadWeight, Weight
 from treespec.shared.model.errors import ModelLoadError
 from treespec.shared.model.moe import MoeConfig
@@ -56,12 +56,17 @@ class ExpertWeights:
 
     router: torch.Tensor  # [hidden, num_experts], dense
     experts: list[MlpWeights]
+    shared: MlpWeights | None = None  # Qwen2-MoE's expert every token takes
+    shared_gate: torch.Tensor | None = None  # [hidden, 1], dense: its sigmoid gate
+
+    def all_experts(self) -> list[MlpWeights]:
+        return [*self.experts, *([self.shared] if self.shared is not None else [])]
 
     def matmuls(self) -> tuple[Weight, ...]:
-        return tuple(w for expert in self.experts for w in expert.matmuls())
+        return tuple(w for expert in self.all_experts() for w in expert.matmuls())
 
     def map_matmuls(self, fn: Callable[[Weight], Weight]) -> None:
-        for expert in self.experts:
+        for expert in self.all_experts():
             expert.map_matmuls(fn)
 
 
@@ -202,7 +207,9 @@ class _Loader:
             qkv=qkv,
             qkv_bias=bias,
             o=_transposed(self.tensor(p + "o_proj.weight", (h, c.q_size))),
-            o_bias=self.optional(p + "o_proj.bias", (h,), c.attention_bias and c.family != "qwen2"),
+            o_bias=self.optional(
+                p + "o_proj.bias", (h,), c.attention_bias and c.family not in QKV_BIAS_FAMILIES
+            ),
             q_norm=self.optional(p + "q_norm.weight", (c.head_dim,), c.qk_norm),
             k_norm=self.optional(p + "k_norm.weight", (c.head_dim,), c.qk_norm),
         )
@@ -210,12 +217,18 @@ class _Loader:
     def experts(self, p: str, moe: MoeConfig) -> ExpertWeights:
         n, h = moe.names, self.config.hidden_size
         block = p + n.block
+        names = (n.gate, n.up, n.down)
+        shared = moe.shared_intermediate_size
         return ExpertWeights(
             router=_transposed(self.tensor(block + "gate.weight", (moe.num_experts, h))),
             experts=[
-                self.mlp(f"{block}experts.{e}.", moe.expert_intermediate_size, (n.gate, n.up, n.down))
+                self.mlp(f"{block}experts.{e}.", moe.expert_intermediate_size, names)
                 for e in range(moe.num_experts)
             ],
+            shared=self.mlp(f"{block}shared_expert.", shared, names) if shared else None,
+            shared_gate=_transposed(self.tensor(block + "shared_expert_gate.weight", (1, h)))
+            if shared
+            else None,
         )
 
     def mlp(

@@ -105,12 +105,23 @@ FAMILIES: dict[str, tuple[type[transformers.PretrainedConfig], dict[str, Any]]] 
         transformers.Qwen3MoeConfig,
         dict(num_experts=5, num_experts_per_tok=3, moe_intermediate_size=24, decoder_sparse_step=2),
     ),
+    # Qwen2-MoE: a shared expert with its sigmoid gate beside 4 routed experts (2 per token).
+    "qwen2-moe": (
+        transformers.Qwen2MoeConfig,
+        dict(
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=24,
+            shared_expert_intermediate_size=40,
+            tie_word_embeddings=False,
+        ),
+    ),
     "mixtral": (
         transformers.MixtralConfig,
         dict(num_local_experts=6, num_experts_per_tok=2, sliding_window=None),
     ),
 }
-MOE = ("qwen3-moe", "qwen3-moe-unnormalized", "mixtral")
+MOE = ("qwen3-moe", "qwen3-moe-unnormalized", "qwen2-moe", "mixtral")
 
 
 def make_checkpoint(tmp: Path, family: str, shard: bool = False) -> transformers.PreTrainedModel:
@@ -183,14 +194,17 @@ def test_step_weights_count_every_matmul_weight_of_the_hf_model(tmp_path: Path, 
 
 @pytest.mark.parametrize("family", MOE)
 def test_step_weights_of_a_mixture_count_the_experts_a_token_takes(tmp_path: Path, family: str) -> None:
-    """Every dense weight, each sparse block's router, and top-k of its experts (not all of them)."""
+    """Every dense weight, each sparse block's router, top-k of its experts (not all of them) and a
+    shared expert with its gate."""
     hf = make_checkpoint(tmp_path, family)
     config = ModelConfig.from_dir(tmp_path)
     assert config.moe is not None
     experts = [m for name, m in hf.named_modules() if name.endswith("experts")]
     assert len(experts) == len(config.moe.sparse_layers) > 0
-    weights = [
-        p for name, p in hf.named_parameters() if "norm" not in name and name != "model.embed_tokens.weight"
+    weights = [  # every matmul's weight (a shared expert's too), no norm, bias or embedding
+        p
+        for name, p in hf.named_parameters()
+        if "norm" not in name and not name.endswith("bias") and name != "model.embed_tokens.weight"
     ]
     per_expert = sum(p[0].numel() for block in experts for p in block.parameters()) // len(experts)
     all_experts = sum(p.numel() for block in experts for p in block.parameters())

@@ -17,7 +17,9 @@ from treespec.verifier.request import GenerationRequest, SamplingParams, Specula
 VOCAB = 97
 
 
-@pytest.mark.parametrize("family", ["qwen3-moe", "mixtral", "gemma3", "smollm3", "granite"])
+@pytest.mark.parametrize(
+    "family", ["qwen3-moe", "qwen2-moe", "mixtral", "gemma3", "smollm3", "granite", "phi3-partial-rotary"]
+)
 def test_speculation_is_lossless(tmp_path: Path, family: str) -> None:
     """Random trees, several requests batched: greedy outputs as plain decoding's."""
     make_checkpoint(tmp_path, family)
