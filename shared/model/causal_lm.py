@@ -76,13 +76,13 @@ class CausalLM:
             if capture is not None and i in capture.aux_layers:
                 aux.append(h[capture.rows])
             cos, sin = ropes[self.rope.layer_table[i]]
-            attn_out = self._attention(
-                layer.attn, self._norm(h, layer.input_norm), cos, sin, i, backend, plan, cache
-            )
+            attn_in = h if layer.input_norm is None else self._norm(h, layer.input_norm)
+            attn_out = self._attention(layer.attn, attn_in, cos, sin, i, backend, plan, cache)
             if layer.attn_out_norm is not None:
                 attn_out = self._norm(attn_out, layer.attn_out_norm)
             h = h + attn_out
-            mlp_out = self._feed_forward(layer.mlp, self._norm(h, layer.post_attention_norm))
+            mlp_in = h if layer.post_attention_norm is None else self._norm(h, layer.post_attention_norm)
+            mlp_out = self._feed_forward(layer.mlp, mlp_in)
             if layer.mlp_out_norm is not None:
                 mlp_out = self._norm(mlp_out, layer.mlp_out_norm)
             h = h + mlp_out
@@ -157,9 +157,12 @@ class CausalLM:
         c = self.config
         qkv = linear(x, w.qkv, w.qkv_bias)
         qk, v = qkv.split([c.q_size + c.kv_size, c.kv_size], dim=-1)
+        if c.qk_norm_over_heads and w.q_norm is not None and w.k_norm is not None:
+            q, k = qk.split([c.q_size, c.kv_size], dim=-1)
+            qk = torch.cat([self._norm(q, w.q_norm), self._norm(k, w.k_norm)], dim=-1)
         qk = qk.view(-1, c.num_heads + c.num_kv_heads, c.head_dim)
         v = v.view(-1, c.num_kv_heads, c.head_dim)
-        if w.q_norm is not None and w.k_norm is not None:
+        if w.q_norm is not None and w.k_norm is not None and not c.qk_norm_over_heads:
             q, k = qk.split([c.num_heads, c.num_kv_heads], dim=1)
             qk = torch.cat([self._norm(q, w.q_norm), self._norm(k, w.k_norm)], dim=1)
         # One rotation for the query and key heads together: fewer small ops per layer.

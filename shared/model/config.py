@@ -24,6 +24,8 @@ SUPPORTED_ARCHITECTURES = {
     "SmolLM3ForCausalLM": "smollm3",  # some layers without rotary embeddings (no_rope_layers)
     "GraniteForCausalLM": "granite",  # Llama with muP multipliers (Multipliers)
     "Phi3ForCausalLM": "phi3",  # fused qkv and gate-up tensors; rotary over part of each head
+    "Olmo2ForCausalLM": "olmo2",  # norms after each block, not before; q/k norms over all heads
+    "Olmo3ForCausalLM": "olmo3",  # OLMo 2's, with sliding-window layers between global ones
     # Gemma 3 (text): GeGLU, (1 + w) norms around each block, q/k norms, sliding-window layers
     # between global ones, each kind with its own rotary base.
     "Gemma3ForCausalLM": "gemma3",
@@ -98,7 +100,10 @@ class ModelConfig:
     layer_types: tuple[str, ...] = ()
     activation: str = "silu"  # of the MLP's gate: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
     norm_offset: float = 0.0  # the norms scale by offset + weight (Gemma: 1 + w)
-    sandwich_norms: bool = False  # each block's output normed too before it joins the residual
+    # Where the layer norms sit: "pre" (before each block: Llama), "sandwich" (before and after each
+    # block: Gemma 3) or "post" (after each block, on its output: OLMo 2).
+    norm_placement: str = "pre"
+    qk_norm_over_heads: bool = False  # the q/k norms over all heads' dims at once (OLMo 2), not per head
     rotary_dim: int = 0  # the leading dims of each head that rotate (partial_rotary_factor; 0: all)
 
     @property
@@ -159,7 +164,7 @@ class ModelConfig:
             # Qwen2 always has q/k/v biases; Llama and Mistral only when the config says so.
             attention_bias=_attention_bias(raw, family),
             mlp_bias=bool(raw.get("mlp_bias", False)),
-            qk_norm=family in ("qwen3", "qwen3_moe", "gemma3"),
+            qk_norm=family in ("qwen3", "qwen3_moe", "gemma3", "olmo2", "olmo3"),
             sliding_window=_sliding_window(raw, family),
             eos_token_ids=_eos_ids(raw.get("eos_token_id")),
             raw=raw,
@@ -169,7 +174,8 @@ class ModelConfig:
             layer_types=_layer_types(raw, family, num_layers),
             activation="gelu_tanh" if family == "gemma3" else "silu",
             norm_offset=1.0 if family == "gemma3" else 0.0,
-            sandwich_norms=family == "gemma3",
+            norm_placement={"gemma3": "sandwich", "olmo2": "post", "olmo3": "post"}.get(family, "pre"),
+            qk_norm_over_heads=family in ("olmo2", "olmo3"),
             rotary_dim=_rotary_dim(raw, head_dim),
         )
 
@@ -248,10 +254,15 @@ def _rotary_dim(raw: dict[str, Any], head_dim: int) -> int:
     return dim
 
 
+# Families whose layers differ in kind, and every how many layers one is global where the config
+# leaves `layer_types` out (as transformers fills them in).
+LAYER_TYPE_PATTERNS = {"gemma3": 6, "olmo3": 4}
+
+
 def _layer_types(raw: dict[str, Any], family: str, num_layers: int) -> tuple[str, ...]:
-    """Gemma 3's kind of each layer: its `layer_types`, else every `sliding_window_pattern`-th layer
-    global (as transformers fills them in); the maths it has no form for are errors."""
-    if family != "gemma3":
+    """Gemma 3's and OLMo 3's kind of each layer: its `layer_types`, else every
+    `sliding_window_pattern`-th layer global; the maths it has no form for are errors."""
+    if family not in LAYER_TYPE_PATTERNS:
         return ()
     for key in ("attn_logit_softcapping", "final_logit_softcapping"):
         if raw.get(key) is not None:
@@ -260,7 +271,7 @@ def _layer_types(raw: dict[str, Any], family: str, num_layers: int) -> tuple[str
         raise ModelLoadError("use_bidirectional_attention is not supported")
     types = raw.get("layer_types")
     if types is None:
-        pattern = int(raw.get("sliding_window_pattern", 6))
+        pattern = int(raw.get("sliding_window_pattern", LAYER_TYPE_PATTERNS[family]))
         types = [SLIDING if (i + 1) % pattern else FULL for i in range(num_layers)]
     if len(types) != num_layers or not set(types) <= {SLIDING, FULL}:
         raise ModelLoadError(f"layer_types must name {SLIDING!r} or {FULL!r} for each of {num_layers} layers")

@@ -49,6 +49,7 @@ class LayerRun:
         for layer in weights.layers:
             if not _plain_layer(layer):
                 return None
+            assert layer.input_norm is not None and layer.post_attention_norm is not None
             tensors += [layer.input_norm.contiguous(), layer.post_attention_norm.contiguous()]
             for weight in layer.matmuls():
                 assert isinstance(weight, PanelWeight)
@@ -124,7 +125,7 @@ def _plain_layer(layer: LayerWeights) -> bool:
     if attn.q_norm is not None or attn.k_norm is not None:
         return False
     norms = (layer.input_norm, layer.post_attention_norm)
-    if any(n.dtype != torch.float32 or not n.is_cpu for n in norms):
+    if any(n is None or n.dtype != torch.float32 or not n.is_cpu for n in norms):
         return False
     return all(
         isinstance(w, PanelWeight) and w.panels.shape[0] * PANEL == w.out_features for w in layer.matmuls()

@@ -31,8 +31,8 @@ class AttentionWeights:
     qkv_bias: torch.Tensor | None  # [q_size + 2 * kv_size] (Qwen2)
     o: Weight  # [q_size, hidden]
     o_bias: torch.Tensor | None  # [hidden] (Llama/Mistral with attention_bias; Qwen2 has none)
-    q_norm: torch.Tensor | None  # [head_dim] (Qwen3)
-    k_norm: torch.Tensor | None  # [head_dim] (Qwen3)
+    q_norm: torch.Tensor | None  # [head_dim] (Qwen3, Gemma 3); [q_size] over all heads (OLMo 2)
+    k_norm: torch.Tensor | None  # [head_dim]; [kv_size] (OLMo 2)
 
 
 @dataclass
@@ -72,18 +72,18 @@ class ExpertWeights:
 
 @dataclass
 class LayerWeights:
-    input_norm: torch.Tensor  # [hidden]
-    post_attention_norm: torch.Tensor  # [hidden]
+    input_norm: torch.Tensor | None  # [hidden]: before the attention (None: none, OLMo 2)
+    post_attention_norm: torch.Tensor | None  # [hidden]: before the MLP, HF's Llama name (None: none)
     attn: AttentionWeights
     mlp: MlpWeights | ExpertWeights
-    # Sandwich norms (Gemma 3): each block's output normed before it joins the residual stream.
+    # After each block, on its output before it joins the residual stream (Gemma 3, OLMo 2).
     attn_out_norm: torch.Tensor | None = None
     mlp_out_norm: torch.Tensor | None = None
 
     def norms(self) -> tuple[torch.Tensor, ...]:
         """The layer's RMSNorm weights over the hidden size."""
-        optional = (self.attn_out_norm, self.mlp_out_norm)
-        return (self.input_norm, self.post_attention_norm, *(n for n in optional if n is not None))
+        every = (self.input_norm, self.post_attention_norm, self.attn_out_norm, self.mlp_out_norm)
+        return tuple(n for n in every if n is not None)
 
     def matmuls(self) -> tuple[Weight, ...]:
         """The layer's matmul weights (its biases, norms and a router aside)."""
@@ -175,18 +175,25 @@ class _Loader:
     def layer(self, i: int) -> LayerWeights:
         c, p = self.config, f"{self.prefix}layers.{i}."
         h = c.hidden_size
+        post = c.norm_placement != "pre"  # then post_attention_layernorm norms the attention's output
         layer = LayerWeights(
-            input_norm=self.tensor(p + "input_layernorm.weight", (h,)),
-            post_attention_norm=self.tensor(p + "post_attention_layernorm.weight", (h,)),
+            input_norm=None
+            if c.norm_placement == "post"
+            else self.tensor(p + "input_layernorm.weight", (h,)),
+            post_attention_norm=None,
             attn=self.attention(p + "self_attn."),
             mlp=self.experts(p, c.moe)
             if c.moe is not None and i in c.moe.sparse_layers
             else self.mlp(p + "mlp."),
         )
-        if c.sandwich_norms:  # Gemma's names: post_attention_layernorm norms the attention's output
-            layer.attn_out_norm = layer.post_attention_norm
-            layer.post_attention_norm = self.tensor(p + "pre_feedforward_layernorm.weight", (h,))
+        attention_norm = self.tensor(p + "post_attention_layernorm.weight", (h,))
+        if post:
+            layer.attn_out_norm = attention_norm
             layer.mlp_out_norm = self.tensor(p + "post_feedforward_layernorm.weight", (h,))
+        if c.norm_placement == "sandwich":
+            layer.post_attention_norm = self.tensor(p + "pre_feedforward_layernorm.weight", (h,))
+        elif not post:
+            layer.post_attention_norm = attention_norm
         _fold_norm_offset(layer, c)
         _fold_multipliers(layer, c)
         return layer
@@ -195,6 +202,7 @@ class _Loader:
         c = self.config
         h, sizes = c.hidden_size, (c.q_size, c.kv_size, c.kv_size)
         names = ("q_proj", "k_proj", "v_proj")
+        over_heads = c.qk_norm_over_heads
         qkv = _transposed(
             self.tensor(f"{p}qkv_proj.weight", (sum(sizes), h))  # fused in the checkpoint (Phi-3)
             if f"{p}qkv_proj.weight" in self.source.names()
@@ -210,8 +218,8 @@ class _Loader:
             o_bias=self.optional(
                 p + "o_proj.bias", (h,), c.attention_bias and c.family not in QKV_BIAS_FAMILIES
             ),
-            q_norm=self.optional(p + "q_norm.weight", (c.head_dim,), c.qk_norm),
-            k_norm=self.optional(p + "k_norm.weight", (c.head_dim,), c.qk_norm),
+            q_norm=self.optional(p + "q_norm.weight", (c.q_size if over_heads else c.head_dim,), c.qk_norm),
+            k_norm=self.optional(p + "k_norm.weight", (c.kv_size if over_heads else c.head_dim,), c.qk_norm),
         )
 
     def experts(self, p: str, moe: MoeConfig) -> ExpertWeights:

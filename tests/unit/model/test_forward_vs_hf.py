@@ -88,6 +88,19 @@ FAMILIES: dict[str, tuple[type[transformers.PretrainedConfig], dict[str, Any]]] 
             bos_token_id=1,
         ),
     ),
+    # OLMo 2: norms after the attention and the MLP instead of before; q/k norms over all heads.
+    "olmo2": (transformers.Olmo2Config, dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # OLMo 3: OLMo 2's layers, the first and last with a 6-token sliding window.
+    "olmo3": (
+        transformers.Olmo3Config,
+        dict(
+            sliding_window=6,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
     # Mixture of experts: every token takes 2 of 6 experts; Qwen3-MoE's second layer is dense (its
     # mlp_only_layers), its kept probabilities renormalized; Mixtral always renormalizes.
     "qwen3-moe": (

@@ -18,7 +18,18 @@ VOCAB = 97
 
 
 @pytest.mark.parametrize(
-    "family", ["qwen3-moe", "qwen2-moe", "mixtral", "gemma3", "smollm3", "granite", "phi3-partial-rotary"]
+    "family",
+    [
+        "qwen3-moe",
+        "qwen2-moe",
+        "mixtral",
+        "gemma3",
+        "smollm3",
+        "granite",
+        "phi3-partial-rotary",
+        "olmo2",
+        "olmo3",
+    ],
 )
 def test_speculation_is_lossless(tmp_path: Path, family: str) -> None:
     """Random trees, several requests batched: greedy outputs as plain decoding's."""
