@@ -49,7 +49,7 @@ class CausalLM:
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.weights.norm.dtype
+        return self.weights.dtype
 
     @torch.inference_mode()
     def forward(
@@ -141,6 +141,8 @@ class CausalLM:
         return layer_run.run(h, range(start, num_layers), step, cache, self.config)
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        if weight.dtype != x.dtype:  # a float32 norm of a lower-precision model (Gemma's 1 + w)
+            return rms_norm(x.float(), weight, self.config.rms_norm_eps).to(x.dtype)
         return rms_norm(x, weight, self.config.rms_norm_eps)
 
     def _attention(

@@ -102,6 +102,7 @@ class ModelWeights:
     layers: list[LayerWeights]
     norm: torch.Tensor  # [hidden]
     lm_head: HeadWeight  # [hidden, vocab]: dense until the loader repacks it (linear.py)
+    dtype: torch.dtype  # the activations' (the norms may be float32 where the model's is lower)
 
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
         """ids [T] -> [T, hidden]."""
@@ -151,8 +152,8 @@ def load_weights(path: Path, config: ModelConfig, dtype: torch.dtype, device: to
             lm_head, embed = _transposed(embed), None
         else:
             lm_head = _transposed(loader.tensor(head, shape))
-        norm = loader.tensor(prefix + "norm.weight", (config.hidden_size,)) + config.norm_offset
-        return ModelWeights(embed=embed, layers=layers, norm=norm, lm_head=lm_head)
+        norm = loader.norm(prefix + "norm.weight", (config.hidden_size,))
+        return ModelWeights(embed=embed, layers=layers, norm=norm, lm_head=lm_head, dtype=dtype)
 
 
 @dataclass
@@ -163,11 +164,19 @@ class _Loader:
     device: torch.device
     prefix: str = "model."  # where the text model's tensors are (_text_model_names)
 
-    def tensor(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+    def tensor(self, name: str, shape: tuple[int, ...], dtype: torch.dtype | None = None) -> torch.Tensor:
         t = self.source.get(name)
         if tuple(t.shape) != shape:
             raise ModelLoadError(f"tensor {name!r} has shape {tuple(t.shape)}, config implies {shape}")
-        return t.to(device=self.device, dtype=self.dtype).contiguous()
+        return t.to(device=self.device, dtype=dtype or self.dtype).contiguous()
+
+    def norm(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        """An RMSNorm weight. Gemma's scale by 1 + w: the offset added once here, in float32 whatever
+        the model's dtype (so that no bfloat16 rounding of 1 + w comes in; CausalLM._norm then norms
+        in float32, as transformers does for Gemma)."""
+        if not self.config.norm_offset:
+            return self.tensor(name, shape)
+        return self.tensor(name, shape, torch.float32) + self.config.norm_offset
 
     def optional(self, name: str, shape: tuple[int, ...], present: bool) -> torch.Tensor | None:
         return self.tensor(name, shape) if present else None
@@ -177,24 +186,21 @@ class _Loader:
         h = c.hidden_size
         post = c.norm_placement != "pre"  # then post_attention_layernorm norms the attention's output
         layer = LayerWeights(
-            input_norm=None
-            if c.norm_placement == "post"
-            else self.tensor(p + "input_layernorm.weight", (h,)),
+            input_norm=None if c.norm_placement == "post" else self.norm(p + "input_layernorm.weight", (h,)),
             post_attention_norm=None,
             attn=self.attention(p + "self_attn."),
             mlp=self.experts(p, c.moe)
             if c.moe is not None and i in c.moe.sparse_layers
             else self.mlp(p + "mlp."),
         )
-        attention_norm = self.tensor(p + "post_attention_layernorm.weight", (h,))
+        attention_norm = self.norm(p + "post_attention_layernorm.weight", (h,))
         if post:
             layer.attn_out_norm = attention_norm
-            layer.mlp_out_norm = self.tensor(p + "post_feedforward_layernorm.weight", (h,))
+            layer.mlp_out_norm = self.norm(p + "post_feedforward_layernorm.weight", (h,))
         if c.norm_placement == "sandwich":
-            layer.post_attention_norm = self.tensor(p + "pre_feedforward_layernorm.weight", (h,))
+            layer.post_attention_norm = self.norm(p + "pre_feedforward_layernorm.weight", (h,))
         elif not post:
             layer.post_attention_norm = attention_norm
-        _fold_norm_offset(layer, c)
         _fold_multipliers(layer, c)
         return layer
 
@@ -218,8 +224,12 @@ class _Loader:
             o_bias=self.optional(
                 p + "o_proj.bias", (h,), c.attention_bias and c.family not in QKV_BIAS_FAMILIES
             ),
-            q_norm=self.optional(p + "q_norm.weight", (c.q_size if over_heads else c.head_dim,), c.qk_norm),
-            k_norm=self.optional(p + "k_norm.weight", (c.kv_size if over_heads else c.head_dim,), c.qk_norm),
+            q_norm=self.norm(p + "q_norm.weight", (c.q_size if over_heads else c.head_dim,))
+            if c.qk_norm
+            else None,
+            k_norm=self.norm(p + "k_norm.weight", (c.kv_size if over_heads else c.head_dim,))
+            if c.qk_norm
+            else None,
         )
 
     def experts(self, p: str, moe: MoeConfig) -> ExpertWeights:
@@ -282,14 +292,6 @@ def _text_model_names(names: frozenset[str]) -> tuple[str, str]:
         if prefix + "embed_tokens.weight" in names:
             return prefix, head
     return _TEXT_MODEL_NAMES[0]  # the missing embedding is then named as the error
-
-
-def _fold_norm_offset(layer: LayerWeights, config: ModelConfig) -> None:
-    """Gemma's norms scale by 1 + w: the offset added to the weights once (in place)."""
-    if config.norm_offset:
-        for norm in (*layer.norms(), layer.attn.q_norm, layer.attn.k_norm):
-            if norm is not None:
-                norm += config.norm_offset
 
 
 def _fold_multipliers(layer: LayerWeights, config: ModelConfig) -> None:

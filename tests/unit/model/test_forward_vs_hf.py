@@ -11,7 +11,7 @@ import transformers
 
 from tests.unit.model.paged import PagedDriver, Seq
 from treespec.shared.model.config import ModelConfig
-from treespec.shared.model.loader import load_model
+from treespec.shared.model.loader import LoadOptions, load_model
 
 TINY: dict[str, Any] = dict(
     vocab_size=97,
@@ -223,3 +223,21 @@ def test_step_weights_of_a_mixture_count_the_experts_a_token_takes(tmp_path: Pat
     all_experts = sum(p.numel() for block in experts for p in block.parameters())
     taken = len(experts) * config.moe.top_k * per_expert
     assert config.step_weights == sum(p.numel() for p in weights) - all_experts + taken
+
+
+def test_gemma_norms_stay_float32_in_a_bfloat16_model(tmp_path: Path) -> None:
+    """Gemma's 1 + w is kept in float32 (a bfloat16 1 + w would round w away), and the norms run in
+    float32 as transformers runs them: the bfloat16 model stays near the float32 one."""
+    hf = make_checkpoint(tmp_path, "gemma3")
+    ids = torch.arange(3, 40)
+    with torch.no_grad():
+        want = hf(ids[None]).logits[0]
+    model = load_model(tmp_path, LoadOptions(dtype="bfloat16"))
+    layer = model.weights.layers[0]
+    assert model.dtype == torch.bfloat16 and model.weights.norm.dtype == torch.float32
+    assert all(
+        n.dtype == torch.float32
+        for n in (*layer.norms(), layer.attn.q_norm, layer.attn.k_norm)
+        if n is not None
+    )
+    assert rel_err(PagedDriver(model).forward([(Seq(), ids, None)])[0].float(), want) < 5e-2
