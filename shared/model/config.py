@@ -7,8 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from transformers import AutoConfig
-
 from treespec.shared.model.errors import ModelLoadError
 from treespec.shared.model.moe import MoeConfig
 
@@ -203,6 +201,8 @@ def _text_model(raw: dict[str, Any]) -> dict[str, Any]:
     if wrapper is None or not isinstance(text, dict) or not text.get("model_type"):
         return raw
     model_type = str(text["model_type"])
+    from transformers import AutoConfig  # here: the command line reads this module without torch
+
     try:
         hf = AutoConfig.for_model(model_type, **{k: v for k, v in text.items() if k != "model_type"})
     except (ValueError, TypeError) as exc:
