@@ -11,7 +11,7 @@ from treespec.shared.model.errors import ModelLoadError
 from treespec.shared.model.moe import MoeConfig
 
 SLIDING, FULL = "sliding_attention", "full_attention"  # Gemma 3's kinds of layer
-QKV_BIAS_FAMILIES = ("qwen2", "qwen2_moe")  # biases on q, k and v, none on the output projection
+QKV_BIAS_FAMILIES = ("qwen2", "qwen2_moe", "glm4")  # biases on q, k and v, none on the output projection
 
 # Architectures whose weights and maths the own forward implements: the Llama family.
 SUPPORTED_ARCHITECTURES = {
@@ -24,6 +24,9 @@ SUPPORTED_ARCHITECTURES = {
     "Phi3ForCausalLM": "phi3",  # fused qkv and gate-up tensors; rotary over part of each head
     "Olmo2ForCausalLM": "olmo2",  # norms after each block, not before; q/k norms over all heads
     "Olmo3ForCausalLM": "olmo3",  # OLMo 2's, with sliding-window layers between global ones
+    # GLM-4-0414: q/k/v biases, norms after each block too, rotary over half of each head in
+    # interleaved pairs (rope_interleaved)
+    "Glm4ForCausalLM": "glm4",
     # Gemma 3 (text): GeGLU, (1 + w) norms around each block, q/k norms, sliding-window layers
     # between global ones, each kind with its own rotary base.
     "Gemma3ForCausalLM": "gemma3",
@@ -38,6 +41,32 @@ SUPPORTED_ARCHITECTURES = {
 TEXT_MODELS = {
     "Gemma3ForConditionalGeneration": "Gemma3ForCausalLM",
     "Mistral3ForConditionalGeneration": "MistralForCausalLM",
+}
+
+
+@dataclass(frozen=True)
+class LayerNorms:
+    """The names of a layer's RMSNorms by where they sit; None: the family has none there."""
+
+    before_attention: str | None = "input_layernorm"
+    after_attention: str | None = None  # on the attention's output, before it joins the residual
+    before_mlp: str | None = "post_attention_layernorm"  # HF's Llama name for the pre-MLP norm
+    after_mlp: str | None = None
+
+
+FAMILY_LAYER_NORMS = {
+    # before and after each block
+    "gemma3": LayerNorms(
+        after_attention="post_attention_layernorm",
+        before_mlp="pre_feedforward_layernorm",
+        after_mlp="post_feedforward_layernorm",
+    ),
+    "glm4": LayerNorms(after_attention="post_self_attn_layernorm", after_mlp="post_mlp_layernorm"),
+    # after each block only
+    **dict.fromkeys(
+        ("olmo2", "olmo3"),
+        LayerNorms(None, "post_attention_layernorm", None, "post_feedforward_layernorm"),
+    ),
 }
 
 
@@ -98,10 +127,13 @@ class ModelConfig:
     layer_types: tuple[str, ...] = ()
     activation: str = "silu"  # of the MLP's gate: "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
     norm_offset: float = 0.0  # the norms scale by offset + weight (Gemma: 1 + w)
-    # Where the layer norms sit: "pre" (before each block: Llama), "sandwich" (before and after each
-    # block: Gemma 3) or "post" (after each block, on its output: OLMo 2).
-    norm_placement: str = "pre"
+    # The layer's norms by where they sit (LayerNorms: before the attention, after it on its output,
+    # before the MLP, after it): each the checkpoint's name, or None where the family has none there.
+    layer_norms: LayerNorms = LayerNorms()
     qk_norm_over_heads: bool = False  # the q/k norms over all heads' dims at once (OLMo 2), not per head
+    # The rotary embedding turns dims (0, 1), (2, 3)... (GLM-4), not (i, i + d/2): the loader reorders
+    # each head's q and k dims so that the usual rotation computes it (attention scores unchanged).
+    rope_interleaved: bool = False
     rotary_dim: int = 0  # the leading dims of each head that rotate (partial_rotary_factor; 0: all)
 
     @property
@@ -172,8 +204,9 @@ class ModelConfig:
             layer_types=_layer_types(raw, family, num_layers),
             activation="gelu_tanh" if family == "gemma3" else "silu",
             norm_offset=1.0 if family == "gemma3" else 0.0,
-            norm_placement={"gemma3": "sandwich", "olmo2": "post", "olmo3": "post"}.get(family, "pre"),
+            layer_norms=FAMILY_LAYER_NORMS.get(family, LayerNorms()),
             qk_norm_over_heads=family in ("olmo2", "olmo3"),
+            rope_interleaved=family == "glm4",
             rotary_dim=_rotary_dim(raw, head_dim),
         )
 
@@ -238,6 +271,8 @@ def _sliding_window(raw: dict[str, Any], family: str) -> int | None:
 def _attention_bias(raw: dict[str, Any], family: str) -> bool:
     """Qwen2's q/k/v biases (and Qwen2-MoE's unless its qkv_bias says no); others' where their
     attention_bias says so."""
+    if family == "glm4":
+        return bool(raw.get("attention_bias", True))
     if family in QKV_BIAS_FAMILIES:
         return family == "qwen2" or bool(raw.get("qkv_bias", True))
     return bool(raw.get("attention_bias", False))

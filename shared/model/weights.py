@@ -184,23 +184,21 @@ class _Loader:
     def layer(self, i: int) -> LayerWeights:
         c, p = self.config, f"{self.prefix}layers.{i}."
         h = c.hidden_size
-        post = c.norm_placement != "pre"  # then post_attention_layernorm norms the attention's output
+        names = c.layer_norms
+
+        def norm(name: str | None) -> torch.Tensor | None:
+            return None if name is None else self.norm(f"{p}{name}.weight", (h,))
+
         layer = LayerWeights(
-            input_norm=None if c.norm_placement == "post" else self.norm(p + "input_layernorm.weight", (h,)),
-            post_attention_norm=None,
+            input_norm=norm(names.before_attention),
+            post_attention_norm=norm(names.before_mlp),
             attn=self.attention(p + "self_attn."),
             mlp=self.experts(p, c.moe)
             if c.moe is not None and i in c.moe.sparse_layers
             else self.mlp(p + "mlp."),
+            attn_out_norm=norm(names.after_attention),
+            mlp_out_norm=norm(names.after_mlp),
         )
-        attention_norm = self.norm(p + "post_attention_layernorm.weight", (h,))
-        if post:
-            layer.attn_out_norm = attention_norm
-            layer.mlp_out_norm = self.norm(p + "post_feedforward_layernorm.weight", (h,))
-        if c.norm_placement == "sandwich":
-            layer.post_attention_norm = self.norm(p + "pre_feedforward_layernorm.weight", (h,))
-        elif not post:
-            layer.post_attention_norm = attention_norm
         _fold_multipliers(layer, c)
         return layer
 
@@ -209,14 +207,21 @@ class _Loader:
         h, sizes = c.hidden_size, (c.q_size, c.kv_size, c.kv_size)
         names = ("q_proj", "k_proj", "v_proj")
         over_heads = c.qk_norm_over_heads
+        rows = _rotary_halves_order(c) if c.rope_interleaved else slice(None)
         qkv = _transposed(
-            self.tensor(f"{p}qkv_proj.weight", (sum(sizes), h))  # fused in the checkpoint (Phi-3)
-            if f"{p}qkv_proj.weight" in self.source.names()
-            else torch.cat([self.tensor(f"{p}{n}.weight", (s, h)) for n, s in zip(names, sizes, strict=True)])
+            (
+                self.tensor(f"{p}qkv_proj.weight", (sum(sizes), h))  # fused in the checkpoint (Phi-3)
+                if f"{p}qkv_proj.weight" in self.source.names()
+                else torch.cat(
+                    [self.tensor(f"{p}{n}.weight", (s, h)) for n, s in zip(names, sizes, strict=True)]
+                )
+            )[rows]
         )
         bias = None
         if c.attention_bias:
-            bias = torch.cat([self.tensor(f"{p}{n}.bias", (s,)) for n, s in zip(names, sizes, strict=True)])
+            bias = torch.cat([self.tensor(f"{p}{n}.bias", (s,)) for n, s in zip(names, sizes, strict=True)])[
+                rows
+            ]
         return AttentionWeights(
             qkv=qkv,
             qkv_bias=bias,
@@ -292,6 +297,17 @@ def _text_model_names(names: frozenset[str]) -> tuple[str, str]:
         if prefix + "embed_tokens.weight" in names:
             return prefix, head
     return _TEXT_MODEL_NAMES[0]  # the missing embedding is then named as the error
+
+
+def _rotary_halves_order(config: ModelConfig) -> torch.Tensor:
+    """The q/k/v projection's rows reordered so that each q and k head's interleaved rotary pairs
+    (0, 1), (2, 3)... become (0, d/2), (1, d/2 + 1)... over its d rotated dims: the usual rotation
+    then computes the interleaved one, and q.k is the same sum in another order. v keeps its rows."""
+    d, head = config.rotated_dims, config.head_dim
+    within = [*range(0, d, 2), *range(1, d, 2), *range(d, head)]
+    qk_heads = config.num_heads + config.num_kv_heads
+    order = [h * head + j for h in range(qk_heads) for j in within]
+    return torch.tensor(order + list(range(qk_heads * head, qk_heads * head + config.kv_size)))
 
 
 def _fold_multipliers(layer: LayerWeights, config: ModelConfig) -> None:

@@ -29,6 +29,7 @@ VOCAB = 97
         "phi3-partial-rotary",
         "olmo2",
         "olmo3",
+        "glm4",
     ],
 )
 def test_speculation_is_lossless(tmp_path: Path, family: str) -> None:
