@@ -91,6 +91,15 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return ops.silu_mul(gate_up) if ops is not None else reference_silu_mul(gate_up)
 
 
+def centered_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """LayerNorm without bias (Cohere's), over the last dim in float32: (x - mean) * rsqrt(var + eps) *
+    weight, `weight` broadcasting over the leading dims (per-head norms: [heads, head_dim])."""
+    x32 = x.float()
+    centered = x32 - x32.mean(-1, keepdim=True)
+    normed = centered * torch.rsqrt(centered.pow(2).mean(-1, keepdim=True) + eps)
+    return (normed * weight.float()).to(x.dtype)
+
+
 def gelu_tanh_mul(gate_up: torch.Tensor) -> torch.Tensor:
     """gate_up [T, 2I] (gate then up) -> gelu(gate, tanh approximation) * up [T, I]: GeGLU (Gemma), in
     torch on every device."""

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from treespec.kernels.row_ops import apply_rope, gelu_tanh_mul, rms_norm, silu_mul
+from treespec.kernels.row_ops import apply_rope, centered_norm, gelu_tanh_mul, rms_norm, silu_mul
 from treespec.shared.model.attention.backend import AttentionBackend
 from treespec.shared.model.config import ModelConfig
 from treespec.shared.model.kv_cache import KVCache
@@ -15,7 +15,13 @@ from treespec.shared.model.layer_run import LayerRun, StepRows
 from treespec.shared.model.linear import linear
 from treespec.shared.model.moe_forward import moe_forward
 from treespec.shared.model.rope import LayerRopes
-from treespec.shared.model.weights import AttentionWeights, ExpertWeights, MlpWeights, ModelWeights
+from treespec.shared.model.weights import (
+    AttentionWeights,
+    ExpertWeights,
+    LayerWeights,
+    MlpWeights,
+    ModelWeights,
+)
 
 
 @dataclass(frozen=True)
@@ -75,17 +81,7 @@ class CausalLM:
         for i, layer in enumerate(self.weights.layers if run is None else ()):
             if capture is not None and i in capture.aux_layers:
                 aux.append(h[capture.rows])
-            cos, sin = ropes[self.rope.layer_table[i]]
-            attn_in = h if layer.input_norm is None else self._norm(h, layer.input_norm)
-            attn_out = self._attention(layer.attn, attn_in, cos, sin, i, backend, plan, cache)
-            if layer.attn_out_norm is not None:
-                attn_out = self._norm(attn_out, layer.attn_out_norm)
-            h = h + attn_out
-            mlp_in = h if layer.post_attention_norm is None else self._norm(h, layer.post_attention_norm)
-            mlp_out = self._feed_forward(layer.mlp, mlp_in)
-            if layer.mlp_out_norm is not None:
-                mlp_out = self._norm(mlp_out, layer.mlp_out_norm)
-            h = h + mlp_out
+            h = self._layer(i, layer, h, ropes[self.rope.layer_table[i]], backend, plan, cache)
         logits_rows_h = self._norm(h[logits_rows], self.weights.norm)
         logits = linear(logits_rows_h, self.weights.lm_head).float()
         if multipliers.logits_scaling != 1.0:
@@ -95,6 +91,31 @@ class CausalLM:
             hidden = self._norm(h[capture.rows], self.weights.norm)
             aux_hidden = torch.cat(aux, dim=-1) if aux else None
         return ForwardOutput(logits=logits, hidden=hidden, aux_hidden=aux_hidden)
+
+    def _layer(
+        self,
+        i: int,
+        layer: LayerWeights,
+        h: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        backend: AttentionBackend,
+        plan: Any,
+        cache: KVCache,
+    ) -> torch.Tensor:
+        """One decoder layer in the Python loop: its norms wherever the family has them."""
+        cos, sin = rope
+        attn_in = h if layer.input_norm is None else self._norm(h, layer.input_norm)
+        attn_out = self._attention(layer.attn, attn_in, cos, sin, i, backend, plan, cache)
+        if layer.attn_out_norm is not None:
+            attn_out = self._norm(attn_out, layer.attn_out_norm)
+        if self.config.parallel_blocks:  # Cohere: the MLP reads the attention's input; both join at once
+            return h + attn_out + self._feed_forward(layer.mlp, attn_in)
+        h = h + attn_out
+        mlp_in = h if layer.post_attention_norm is None else self._norm(h, layer.post_attention_norm)
+        mlp_out = self._feed_forward(layer.mlp, mlp_in)
+        if layer.mlp_out_norm is not None:
+            mlp_out = self._norm(mlp_out, layer.mlp_out_norm)
+        return h + mlp_out
 
     def _layer_run(
         self,
@@ -141,9 +162,12 @@ class CausalLM:
         return layer_run.run(h, range(start, num_layers), step, cache, self.config)
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        eps = self.config.rms_norm_eps
+        if self.config.norm_centered:  # Cohere's LayerNorm without bias, in float32 as transformers'
+            return centered_norm(x, weight, eps)
         if weight.dtype != x.dtype:  # a float32 norm of a lower-precision model (Gemma's 1 + w)
-            return rms_norm(x.float(), weight, self.config.rms_norm_eps).to(x.dtype)
-        return rms_norm(x, weight, self.config.rms_norm_eps)
+            return rms_norm(x.float(), weight, eps).to(x.dtype)
+        return rms_norm(x, weight, eps)
 
     def _attention(
         self,

@@ -27,6 +27,9 @@ SUPPORTED_ARCHITECTURES = {
     # GLM-4-0414: q/k/v biases, norms after each block too, rotary over half of each head in
     # interleaved pairs (rope_interleaved)
     "Glm4ForCausalLM": "glm4",
+    # Command R, Aya Expanse: LayerNorm without bias, attention and MLP in parallel from one norm,
+    # interleaved rotary pairs, scaled logits
+    "CohereForCausalLM": "cohere",
     # Gemma 3 (text): GeGLU, (1 + w) norms around each block, q/k norms, sliding-window layers
     # between global ones, each kind with its own rotary base.
     "Gemma3ForCausalLM": "gemma3",
@@ -62,6 +65,7 @@ FAMILY_LAYER_NORMS = {
         after_mlp="post_feedforward_layernorm",
     ),
     "glm4": LayerNorms(after_attention="post_self_attn_layernorm", after_mlp="post_mlp_layernorm"),
+    "cohere": LayerNorms(before_mlp=None),  # its MLP reads the attention's input norm
     # after each block only
     **dict.fromkeys(
         ("olmo2", "olmo3"),
@@ -85,6 +89,8 @@ class Multipliers:
         if family == "gemma3":  # the embedding scaled by sqrt(hidden); its own attention scale
             scalar = float(raw.get("query_pre_attn_scalar") or raw.get("head_dim") or 256)
             return cls(embedding=float(raw["hidden_size"]) ** 0.5, attention=scalar**-0.5)
+        if family == "cohere":  # logits multiplied by logit_scale
+            return cls(logits_scaling=1.0 / float(raw.get("logit_scale", 0.0625)))
         if family != "granite":
             return cls()
         return cls(
@@ -134,6 +140,8 @@ class ModelConfig:
     # The rotary embedding turns dims (0, 1), (2, 3)... (GLM-4), not (i, i + d/2): the loader reorders
     # each head's q and k dims so that the usual rotation computes it (attention scores unchanged).
     rope_interleaved: bool = False
+    norm_centered: bool = False  # LayerNorm without bias (mean removed) instead of RMSNorm (Cohere)
+    parallel_blocks: bool = False  # the attention and the MLP read one norm's output, both added at once
     rotary_dim: int = 0  # the leading dims of each head that rotate (partial_rotary_factor; 0: all)
 
     @property
@@ -188,13 +196,14 @@ class ModelConfig:
             num_heads=num_heads,
             num_kv_heads=int(raw.get("num_key_value_heads") or num_heads),
             head_dim=head_dim,
-            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+            rms_norm_eps=float(raw.get("rms_norm_eps") or raw.get("layer_norm_eps") or 1e-6),
             max_position_embeddings=int(raw.get("max_position_embeddings", 4096)),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
             # Qwen2 always has q/k/v biases; Llama and Mistral only when the config says so.
             attention_bias=_attention_bias(raw, family),
             mlp_bias=bool(raw.get("mlp_bias", False)),
-            qk_norm=family in ("qwen3", "qwen3_moe", "gemma3", "olmo2", "olmo3"),
+            qk_norm=family in ("qwen3", "qwen3_moe", "gemma3", "olmo2", "olmo3")
+            or (family == "cohere" and bool(raw.get("use_qk_norm"))),
             sliding_window=_sliding_window(raw, family),
             eos_token_ids=_eos_ids(raw.get("eos_token_id")),
             raw=raw,
@@ -206,7 +215,9 @@ class ModelConfig:
             norm_offset=1.0 if family == "gemma3" else 0.0,
             layer_norms=FAMILY_LAYER_NORMS.get(family, LayerNorms()),
             qk_norm_over_heads=family in ("olmo2", "olmo3"),
-            rope_interleaved=family == "glm4",
+            rope_interleaved=family in ("glm4", "cohere"),
+            norm_centered=family == "cohere",
+            parallel_blocks=family == "cohere",
             rotary_dim=_rotary_dim(raw, head_dim),
         )
 

@@ -178,6 +178,17 @@ class _Loader:
             return self.tensor(name, shape)
         return self.tensor(name, shape, torch.float32) + self.config.norm_offset
 
+    def qk_norm(self, name: str, heads: int) -> torch.Tensor:
+        """A q or k norm: one weight per head dim shared by the heads (Qwen3, Gemma 3), over all heads'
+        dims at once (OLMo), or one per head (Cohere's [heads, head_dim]), its dims reordered as the
+        projection's rows are where the rotary pairs are interleaved."""
+        c = self.config
+        if c.qk_norm_over_heads:
+            return self.norm(name, (heads * c.head_dim,))
+        shape = (heads, c.head_dim) if c.family == "cohere" else (c.head_dim,)
+        weight = self.norm(name, shape)
+        return weight[..., _rotary_halves_order(c)[: c.head_dim]] if c.rope_interleaved else weight
+
     def optional(self, name: str, shape: tuple[int, ...], present: bool) -> torch.Tensor | None:
         return self.tensor(name, shape) if present else None
 
@@ -206,7 +217,6 @@ class _Loader:
         c = self.config
         h, sizes = c.hidden_size, (c.q_size, c.kv_size, c.kv_size)
         names = ("q_proj", "k_proj", "v_proj")
-        over_heads = c.qk_norm_over_heads
         rows = _rotary_halves_order(c) if c.rope_interleaved else slice(None)
         qkv = _transposed(
             (
@@ -229,12 +239,8 @@ class _Loader:
             o_bias=self.optional(
                 p + "o_proj.bias", (h,), c.attention_bias and c.family not in QKV_BIAS_FAMILIES
             ),
-            q_norm=self.norm(p + "q_norm.weight", (c.q_size if over_heads else c.head_dim,))
-            if c.qk_norm
-            else None,
-            k_norm=self.norm(p + "k_norm.weight", (c.kv_size if over_heads else c.head_dim,))
-            if c.qk_norm
-            else None,
+            q_norm=self.qk_norm(p + "q_norm.weight", c.num_heads) if c.qk_norm else None,
+            k_norm=self.qk_norm(p + "k_norm.weight", c.num_kv_heads) if c.qk_norm else None,
         )
 
     def experts(self, p: str, moe: MoeConfig) -> ExpertWeights:

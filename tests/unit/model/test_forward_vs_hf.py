@@ -104,6 +104,16 @@ FAMILIES: dict[str, tuple[type[transformers.PretrainedConfig], dict[str, Any]]] 
     # GLM-4-0414: rotary over half of each head in interleaved pairs, q/k/v biases, norms after each
     # block too, fused gate/up.
     "glm4": (transformers.Glm4Config, dict(head_dim=16, pad_token_id=0, bos_token_id=1, eos_token_id=2)),
+    # Command R / Aya Expanse: LayerNorm without bias, attention and MLP in parallel, interleaved
+    # rotary pairs, scaled logits; Command R+'s per-head q/k LayerNorms.
+    "cohere": (
+        transformers.CohereConfig,
+        dict(logit_scale=0.25, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    ),
+    "cohere-qk-norm": (
+        transformers.CohereConfig,
+        dict(use_qk_norm=True, logit_scale=0.5, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    ),
     # Mixture of experts: every token takes 2 of 6 experts; Qwen3-MoE's second layer is dense (its
     # mlp_only_layers), its kept probabilities renormalized; Mixtral always renormalizes.
     "qwen3-moe": (

@@ -30,6 +30,7 @@ VOCAB = 97
         "olmo2",
         "olmo3",
         "glm4",
+        "cohere-qk-norm",
     ],
 )
 def test_speculation_is_lossless(tmp_path: Path, family: str) -> None:
