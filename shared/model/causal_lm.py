@@ -86,6 +86,9 @@ class CausalLM:
         logits = linear(logits_rows_h, self.weights.lm_head).float()
         if multipliers.logits_scaling != 1.0:
             logits = logits / multipliers.logits_scaling
+        cap = self.config.final_logit_softcapping
+        if cap is not None:  # Gemma 2
+            logits = torch.tanh(logits / cap) * cap
         hidden = aux_hidden = None
         if capture is not None:
             hidden = self._norm(h[capture.rows], self.weights.norm)

@@ -33,6 +33,7 @@ SUPPORTED_ARCHITECTURES = {
     # Gemma 3 (text): GeGLU, (1 + w) norms around each block, q/k norms, sliding-window layers
     # between global ones, each kind with its own rotary base.
     "Gemma3ForCausalLM": "gemma3",
+    "Gemma2ForCausalLM": "gemma2",  # Gemma 3's layers without q/k norms, with logit soft-capping
     # Sparse mixture-of-experts feed-forward layers (moe.py) on the same attention.
     "Qwen3MoeForCausalLM": "qwen3_moe",
     "Qwen2MoeForCausalLM": "qwen2_moe",  # and a shared expert beside the routed ones
@@ -59,10 +60,13 @@ class LayerNorms:
 
 FAMILY_LAYER_NORMS = {
     # before and after each block
-    "gemma3": LayerNorms(
-        after_attention="post_attention_layernorm",
-        before_mlp="pre_feedforward_layernorm",
-        after_mlp="post_feedforward_layernorm",
+    **dict.fromkeys(
+        ("gemma2", "gemma3"),
+        LayerNorms(
+            after_attention="post_attention_layernorm",
+            before_mlp="pre_feedforward_layernorm",
+            after_mlp="post_feedforward_layernorm",
+        ),
     ),
     "glm4": LayerNorms(after_attention="post_self_attn_layernorm", after_mlp="post_mlp_layernorm"),
     "cohere": LayerNorms(before_mlp=None),  # its MLP reads the attention's input norm
@@ -86,7 +90,7 @@ class Multipliers:
 
     @classmethod
     def from_raw(cls, raw: dict[str, Any], family: str) -> Multipliers:
-        if family == "gemma3":  # the embedding scaled by sqrt(hidden); its own attention scale
+        if family in ("gemma2", "gemma3"):  # the embedding scaled by sqrt(hidden); its attention scale
             scalar = float(raw.get("query_pre_attn_scalar") or raw.get("head_dim") or 256)
             return cls(embedding=float(raw["hidden_size"]) ** 0.5, attention=scalar**-0.5)
         if family == "cohere":  # logits multiplied by logit_scale
@@ -140,6 +144,10 @@ class ModelConfig:
     # The rotary embedding turns dims (0, 1), (2, 3)... (GLM-4), not (i, i + d/2): the loader reorders
     # each head's q and k dims so that the usual rotation computes it (attention scores unchanged).
     rope_interleaved: bool = False
+    # Gemma 2's soft-capping (None: none): attention scores, and the final logits, pass through
+    # cap * tanh(x / cap).
+    attn_logit_softcapping: float | None = None
+    final_logit_softcapping: float | None = None
     norm_centered: bool = False  # LayerNorm without bias (mean removed) instead of RMSNorm (Cohere)
     parallel_blocks: bool = False  # the attention and the MLP read one norm's output, both added at once
     rotary_dim: int = 0  # the leading dims of each head that rotate (partial_rotary_factor; 0: all)
@@ -211,11 +219,13 @@ class ModelConfig:
             nope_layers=_nope_layers(raw, family, num_layers),
             multipliers=Multipliers.from_raw(raw, family),
             layer_types=_layer_types(raw, family, num_layers),
-            activation="gelu_tanh" if family == "gemma3" else "silu",
-            norm_offset=1.0 if family == "gemma3" else 0.0,
+            activation="gelu_tanh" if family in ("gemma2", "gemma3") else "silu",
+            norm_offset=1.0 if family in ("gemma2", "gemma3") else 0.0,
             layer_norms=FAMILY_LAYER_NORMS.get(family, LayerNorms()),
             qk_norm_over_heads=family in ("olmo2", "olmo3"),
             rope_interleaved=family in ("glm4", "cohere"),
+            attn_logit_softcapping=_optional_float(raw.get("attn_logit_softcapping")),
+            final_logit_softcapping=_optional_float(raw.get("final_logit_softcapping")),
             norm_centered=family == "cohere",
             parallel_blocks=family == "cohere",
             rotary_dim=_rotary_dim(raw, head_dim),
@@ -302,7 +312,7 @@ def _rotary_dim(raw: dict[str, Any], head_dim: int) -> int:
 
 # Families whose layers differ in kind, and every how many layers one is global where the config
 # leaves `layer_types` out (as transformers fills them in).
-LAYER_TYPE_PATTERNS = {"gemma3": 6, "olmo3": 4}
+LAYER_TYPE_PATTERNS = {"gemma3": 6, "gemma2": 2, "olmo3": 4}
 
 
 def _layer_types(raw: dict[str, Any], family: str, num_layers: int) -> tuple[str, ...]:
@@ -310,9 +320,6 @@ def _layer_types(raw: dict[str, Any], family: str, num_layers: int) -> tuple[str
     `sliding_window_pattern`-th layer global; the maths it has no form for are errors."""
     if family not in LAYER_TYPE_PATTERNS:
         return ()
-    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
-        if raw.get(key) is not None:
-            raise ModelLoadError(f"{key} is not supported")
     if raw.get("use_bidirectional_attention"):
         raise ModelLoadError("use_bidirectional_attention is not supported")
     types = raw.get("layer_types")
@@ -338,6 +345,10 @@ def _nope_layers(raw: dict[str, Any], family: str, num_layers: int) -> frozenset
     if len(flags) < num_layers:
         raise ModelLoadError(f"no_rope_layers has {len(flags)} entries for {num_layers} layers")
     return frozenset(i for i, use_rope in enumerate(flags[:num_layers]) if not use_rope)
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _eos_ids(value: Any) -> tuple[int, ...]:

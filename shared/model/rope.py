@@ -49,9 +49,13 @@ def build_layer_ropes(config: ModelConfig, device: torch.device) -> LayerRopes:
         return LayerRopes((build_rope_tables(config, device),), (0,) * config.num_layers)
     kinds = sorted(set(config.layer_types))
     # transformers reads each kind's parameters however the config spells them (a rope_parameters
-    # entry per kind, or rope_theta and rope_scaling beside rope_local_base_freq).
-    per_kind = _hf_config(config).rope_parameters
-    tables = tuple(_tables(config, dict(per_kind[kind]), device, kind) for kind in kinds)
+    # entry per kind, or rope_theta and rope_scaling beside rope_local_base_freq), or one set for all
+    # kinds (Gemma 2).
+    parameters = _hf_config(config).rope_parameters
+    per_kind = {kind: parameters.get(kind, parameters) for kind in kinds}
+    tables = tuple(
+        _tables(config, dict(per_kind[kind]), device, kind if kind in parameters else None) for kind in kinds
+    )
     return LayerRopes(tables, tuple(kinds.index(kind) for kind in config.layer_types))
 
 

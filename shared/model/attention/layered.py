@@ -16,10 +16,10 @@ from treespec.shared.model.kv_cache import KVCache
 
 
 def attention_backend(config: ModelConfig) -> AttentionBackend:
-    windows = config.layer_windows
+    windows, softcap = config.layer_windows, config.attn_logit_softcapping
     if len(set(windows)) <= 1:
-        return TorchAttentionBackend(windows[0] if windows else None)
-    return LayeredAttentionBackend(windows)
+        return TorchAttentionBackend(windows[0] if windows else None, softcap=softcap)
+    return LayeredAttentionBackend(windows, softcap)
 
 
 @dataclass(frozen=True)
@@ -30,9 +30,9 @@ class LayeredPlan:
 class LayeredAttentionBackend(AttentionBackend):
     """Each layer attends through the backend of its window (None: every earlier token)."""
 
-    def __init__(self, windows: Sequence[int | None]) -> None:
+    def __init__(self, windows: Sequence[int | None], softcap: float | None = None) -> None:
         kinds = sorted(set(windows), key=lambda w: (w is None, w or 0))
-        self.backends = tuple(TorchAttentionBackend(window) for window in kinds)
+        self.backends = tuple(TorchAttentionBackend(window, softcap=softcap) for window in kinds)
         self._layer_backend = tuple(kinds.index(window) for window in windows)
 
     def plan(self, layout: BatchLayout, device: torch.device) -> LayeredPlan:

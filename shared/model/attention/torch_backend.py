@@ -33,6 +33,7 @@ from treespec.kernels.tree_attention import (
 from treespec.kernels.tree_mask import ancestor_mask
 from treespec.shared.model.attention.backend import AttentionBackend
 from treespec.shared.model.attention.layout import BatchLayout, SequenceLayout
+from treespec.shared.model.attention.softcap import softcapped_attention
 from treespec.shared.model.kv_cache import KVCache
 
 
@@ -61,13 +62,19 @@ class TorchAttentionPlan:
 
 class TorchAttentionBackend(AttentionBackend):
     def __init__(
-        self, sliding_window: int | None = None, row_kernel: bool = True, prefill_kernel: bool = True
+        self,
+        sliding_window: int | None = None,
+        row_kernel: bool = True,
+        prefill_kernel: bool = True,
+        softcap: float | None = None,
     ) -> None:
         """`row_kernel`: send decode and tree rows on a CPU to the own kernel where it builds;
-        `prefill_kernel`: prefill chunks likewise to theirs."""
+        `prefill_kernel`: prefill chunks likewise to theirs; `softcap`: Gemma 2's attention logit
+        soft-capping (the scores pass through cap * tanh(score / cap); torch attends, not the kernels)."""
         self.sliding_window = sliding_window
-        self.row_kernel = row_kernel
-        self.prefill_kernel = prefill_kernel
+        self.row_kernel = row_kernel and softcap is None
+        self.prefill_kernel = prefill_kernel and softcap is None
+        self.softcap = softcap
         self._causal: dict[int, torch.Tensor] = {}  # chain length -> lower-triangular mask
 
     def plan(self, layout: BatchLayout, device: torch.device) -> TorchAttentionPlan:
@@ -111,7 +118,7 @@ class TorchAttentionBackend(AttentionBackend):
         kernel = self._kernel(q.device)
         if group.rows is not None and kernel is not None and kernel.fits(q, k_flat, group.rows):
             return kernel.attend(q, k_flat, v_flat, group.rows)
-        return _sdpa_group(group, q, k_flat, v_flat)
+        return _sdpa_group(group, q, k_flat, v_flat, self.softcap)
 
     def row_kernel_plan(
         self, plan: TorchAttentionPlan, dtype: torch.dtype, cache: KVCache, heads: int
@@ -241,9 +248,14 @@ class TorchAttentionBackend(AttentionBackend):
 
 
 def _sdpa_group(
-    group: GroupPlan, q: torch.Tensor, k_flat: torch.Tensor, v_flat: torch.Tensor
+    group: GroupPlan,
+    q: torch.Tensor,
+    k_flat: torch.Tensor,
+    v_flat: torch.Tensor,
+    softcap: float | None = None,
 ) -> torch.Tensor:
-    """q: [T, heads, head_dim], the whole forward's -> [n, heads * head_dim] for the group's tokens."""
+    """q: [T, heads, head_dim], the whole forward's -> [n, heads * head_dim] for the group's tokens
+    (SDPA; with `softcap`, softcapped_attention's own softmax)."""
     if group.kv_range is not None:
         start, end = group.kv_range
         keys = k_flat[start:end][None].transpose(1, 2)
@@ -259,9 +271,12 @@ def _sdpa_group(
         keys = k_flat.index_select(0, flat_index).view(shape).transpose(1, 2)
         values = v_flat.index_select(0, flat_index).view(shape).transpose(1, 2)
         queries = q[group.q_rows].transpose(1, 2)
-    out = F.scaled_dot_product_attention(
-        queries, keys, values, attn_mask=group.mask, is_causal=group.causal, enable_gqa=True
-    )
+    if softcap is not None:
+        out = softcapped_attention(queries, keys, values, group.mask, group.causal, softcap)
+    else:
+        out = F.scaled_dot_product_attention(
+            queries, keys, values, attn_mask=group.mask, is_causal=group.causal, enable_gqa=True
+        )
     out = out.transpose(1, 2)  # [B, max_q, heads, head_dim]
     if group.out_rows is None:
         return out[0].flatten(1)

@@ -114,6 +114,21 @@ FAMILIES: dict[str, tuple[type[transformers.PretrainedConfig], dict[str, Any]]] 
         transformers.CohereConfig,
         dict(use_qk_norm=True, logit_scale=0.5, pad_token_id=0, bos_token_id=1, eos_token_id=2),
     ),
+    # Gemma 2: Gemma 3's layers without q/k norms, sliding and global in turn, attention scores and
+    # logits soft-capped (caps small enough to bite on these random weights).
+    "gemma2": (
+        transformers.Gemma2Config,
+        dict(
+            head_dim=16,
+            sliding_window=6,
+            query_pre_attn_scalar=24,
+            attn_logit_softcapping=0.1,
+            final_logit_softcapping=0.3,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
     # Mixture of experts: every token takes 2 of 6 experts; Qwen3-MoE's second layer is dense (its
     # mlp_only_layers), its kept probabilities renormalized; Mixtral always renormalizes.
     "qwen3-moe": (

@@ -87,8 +87,6 @@ def test_gemma3_layers_and_rotary_tables_from_a_legacy_config() -> None:
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ({"final_logit_softcapping": 30.0}, "final_logit_softcapping is not supported"),
-        ({"attn_logit_softcapping": 50.0}, "attn_logit_softcapping is not supported"),
         ({"layer_types": ["sliding_attention"] * 7}, "for each of 8 layers"),
         ({"layer_types": ["chunked_attention"] * 8}, "for each of 8 layers"),
     ],

@@ -31,6 +31,7 @@ VOCAB = 97
         "olmo3",
         "glm4",
         "cohere-qk-norm",
+        "gemma2",
     ],
 )
 def test_speculation_is_lossless(tmp_path: Path, family: str) -> None:
