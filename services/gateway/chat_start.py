@@ -31,8 +31,9 @@ async def start_chat(
     and `limit_param`: the request's fields that a prompt error and a token limit error point at
     (None: the chat field that holds the limit)."""
     tools = _tool_calling(state, body)
-    if body.auto_tool_choice and state.tool_markers_are_special_tokens():
-        body = body.model_copy(update={"skip_special_tokens": False})  # the parser reads its markers
+    markers = body.auto_tool_choice and state.tool_markers_are_special_tokens()
+    if markers or state.reasoning_markers_are_special_tokens():
+        body = body.model_copy(update={"skip_special_tokens": False})  # the parsers read their markers
     prompt = await chat_prompt(state, body)
     reasoning, grammar_after = _reasoning(state, body, prompt)
     prediction = await _prediction(state, body)

@@ -69,6 +69,11 @@ class GatewayState:
         name = self.config.tool_call_parser
         return name is not None and TOOL_CALL_PARSERS[name].keeps_special_tokens
 
+    def reasoning_markers_are_special_tokens(self) -> bool:
+        """Whether the reasoning parser's markers are special tokens, kept in the text it reads."""
+        name = self.config.reasoning_parser
+        return name is not None and REASONING_PARSERS[name].keeps_special_tokens
+
     def auto_tool_calls(self, tools: Sequence[ToolDef], legacy: bool = False) -> AutoToolCalls:
         """tool_choice "auto" over `tools` read with the model's tool-call parser; a 400 when none was
         configured, worded in the fields the request used (`legacy`: the deprecated

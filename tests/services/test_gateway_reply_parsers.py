@@ -274,6 +274,26 @@ def test_a_parser_whose_markers_are_special_tokens_reads_them(
 
 
 @pytest.fixture(scope="module")
+def mistral_thinking_client(
+    model_path: Path, verifier: int, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[openai.OpenAI]:
+    yield from _parser_gateway(("--reasoning-parser", "mistral"), model_path, verifier, tmp_path_factory)
+
+
+def test_a_reasoning_parser_whose_markers_are_special_tokens_reads_them(
+    mistral_thinking_client: openai.OpenAI,
+) -> None:
+    """Mistral's [THINK] is a special token: with `--reasoning-parser mistral` every chat reply is
+    read with special tokens kept, so the special tokens SmolLM2 is forced to write stay in the text
+    (an output that does not open with [THINK] is the answer)."""
+    forced: Any = {"model": MODEL, "max_tokens": 2, "temperature": 0, "logit_bias": {"1": 100}}
+    ask: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Hi."}]
+    reply = mistral_thinking_client.chat.completions.create(messages=ask, **forced).choices[0].message
+    assert reply.content == "<|im_start|><|im_start|>"
+    assert (reply.model_extra or {}).get("reasoning_content") is None
+
+
+@pytest.fixture(scope="module")
 def coder_client(
     model_path: Path, verifier: int, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[openai.OpenAI]:

@@ -35,6 +35,8 @@ class ReasoningReader(ABC):
 class ReasoningParser(ABC):
     name: ClassVar[str]
     end_marker: ClassVar[str]  # where the reasoning ends and the answer starts
+    # Its markers are special tokens ([THINK]): a reply it reads keeps them in its text.
+    keeps_special_tokens: ClassVar[bool] = False
 
     def grammar_starts_after(self, prompt_tail: str) -> str | None:
         """Structured output holds on the answer alone: the grammar starts after `end_marker` in the

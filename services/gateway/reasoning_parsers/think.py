@@ -1,15 +1,16 @@
-"""`<think>...</think>` reasoning, as DeepSeek-R1, Qwen3 and GLM-4.5 write it.
+"""`<think>...</think>` reasoning, as DeepSeek-R1, Qwen3 and GLM-4.5 write it, and Mistral's
+`[THINK]...[/THINK]` (Magistral, Ministral reasoning models).
 
 deepseek_r1: the output is reasoning until `</think>` (its chat template may already have opened
 `<think>` in the prompt, so the output need not hold it); an output without `</think>` is all
-reasoning. qwen3: only an output that opens with `<think>` reasons (Qwen3 without thinking answers
-at once); one left open by the token limit stays reasoning. The answer's leading whitespace after
-`</think>` goes.
+reasoning. qwen3 (and mistral, with its markers): only an output that opens with its start marker
+reasons (Qwen3 without thinking answers at once); one left open by the token limit stays reasoning.
+The answer's leading whitespace after the end marker goes.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from treespec.gateway.reasoning_parsers.base import Part, ReasoningParser, ReasoningReader
 from treespec.gateway.text_markers import held_back
@@ -18,20 +19,36 @@ START = "<think>"
 END = "</think>"
 
 
-class DeepSeekR1Parser(ReasoningParser):
+class ThinkParser(ReasoningParser):
+    """Reasoning between a start and an end marker."""
+
+    start_marker: ClassVar[str] = START
+    end_marker = END
+    reasons_without_start: ClassVar[bool]  # an output not opening with start_marker reasons still
+
+    def reader(self) -> ReasoningReader:
+        return ThinkReader(self.start_marker, self.end_marker, self.reasons_without_start)
+
+
+class DeepSeekR1Parser(ThinkParser):
     name = "deepseek_r1"
-    end_marker = END
-
-    def reader(self) -> ReasoningReader:
-        return ThinkReader(reasons_without_start=True)
+    reasons_without_start = True
 
 
-class Qwen3Parser(ReasoningParser):
+class Qwen3Parser(ThinkParser):
     name = "qwen3"
-    end_marker = END
+    reasons_without_start = False
 
-    def reader(self) -> ReasoningReader:
-        return ThinkReader(reasons_without_start=False)
+
+class MistralParser(ThinkParser):
+    """Magistral and Ministral's reasoning models: [THINK]...[/THINK], special tokens (kept in the text
+    this parser reads, as vLLM reads it); an output that does not open with [THINK] is the answer."""
+
+    name = "mistral"
+    start_marker = "[THINK]"
+    end_marker = "[/THINK]"
+    reasons_without_start = False
+    keeps_special_tokens = True
 
 
 class DeepSeekV3Parser(DeepSeekR1Parser):
@@ -54,7 +71,8 @@ class Glm45Parser(Qwen3Parser):
 
 
 class ThinkReader(ReasoningReader):
-    def __init__(self, reasons_without_start: bool) -> None:
+    def __init__(self, start: str, end: str, reasons_without_start: bool) -> None:
+        self.start, self.end = start, end
         self.reasons_without_start = reasons_without_start
         self._state: Literal["opening", "reasoning", "answer"] = "opening"
         self._pending = ""
@@ -72,14 +90,14 @@ class ThinkReader(ReasoningReader):
         if self._state == "opening" and not self._open(final):
             return parts
         if self._state == "reasoning":
-            end = self._pending.find(END)
+            end = self._pending.find(self.end)
             if end < 0:
-                keep = 0 if final else held_back(self._pending, END)
+                keep = 0 if final else held_back(self._pending, self.end)
                 parts.append(Part("reasoning", self._pending[: len(self._pending) - keep]))
                 self._pending = self._pending[len(self._pending) - keep :]
             else:
                 parts.append(Part("reasoning", self._pending[:end]))
-                self._pending = self._pending[end + len(END) :]
+                self._pending = self._pending[end + len(self.end) :]
                 self._state = "answer"
         if self._state == "answer":
             if not self._answer_started:
@@ -90,12 +108,12 @@ class ThinkReader(ReasoningReader):
         return [p for p in parts if p.text]
 
     def _open(self, final: bool) -> bool:
-        """Whether the output's opening is known: `<think>` (dropped), or something else."""
+        """Whether the output's opening is known: the start marker (dropped), or something else."""
         head = self._pending.lstrip()
-        if not final and START.startswith(head):
-            return False  # nothing yet, or `<think>` being written
-        if head.startswith(START):
-            self._pending = head[len(START) :]
+        if not final and self.start.startswith(head):
+            return False  # nothing yet, or the start marker being written
+        if head.startswith(self.start):
+            self._pending = head[len(self.start) :]
             self._state = "reasoning"
         else:
             self._state = "reasoning" if self.reasons_without_start else "answer"

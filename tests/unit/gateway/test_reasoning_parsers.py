@@ -16,6 +16,7 @@ from treespec.gateway.reasoning_parsers.think import (
     DeepSeekR1Parser,
     DeepSeekV3Parser,
     Glm45Parser,
+    MistralParser,
     Qwen3Parser,
     Qwen3ThinkingParser,
 )
@@ -60,10 +61,27 @@ def test_the_thinking_is_split_off_the_answer(
 ) -> None:
     qwen3 = qwen3 if qwen3 is not None else ("", text)
     readings = [(p(), deepseek) for p in (DeepSeekR1Parser, DeepSeekV3Parser, Qwen3ThinkingParser)]
-    for parser, expected in [*readings, (Qwen3Parser(), qwen3), (Glm45Parser(), qwen3)]:
-        assert _split(parser, [text]) == expected
+    mistral = _as_mistral(text)  # the same outputs with Mistral's markers read alike by its parser
+    for parser, said, expected in [
+        *((p, text, e) for p, e in readings),
+        (Qwen3Parser(), text, qwen3),
+        (Glm45Parser(), text, qwen3),
+        (MistralParser(), mistral, tuple(_as_mistral(part) for part in qwen3)),
+    ]:
+        assert _split(parser, [said]) == expected
         for seed in range(20):
-            assert _split(parser, random_pieces(text, random.Random(seed))) == expected
+            assert _split(parser, random_pieces(said, random.Random(seed))) == expected
+
+
+def _as_mistral(text: str) -> str:
+    return text.replace("<think>", "[THINK]").replace("</think>", "[/THINK]").replace("<thin", "[THIN")
+
+
+def test_mistral_s_markers_are_special_tokens_kept_in_the_text() -> None:
+    assert MistralParser.keeps_special_tokens and not Qwen3Parser.keeps_special_tokens
+    assert MistralParser().grammar_starts_after("[INST]Hi[/INST]") == "[/THINK]"
+    # Qwen3's markers mean nothing to it: an answer that mentions them stays the answer.
+    assert _split(MistralParser(), ["<think>x</think>y"]) == ("", "<think>x</think>y")
 
 
 def test_a_marker_being_written_is_held_back() -> None:
@@ -82,6 +100,7 @@ def test_the_registry_and_the_config_name_each_parser() -> None:
         "qwen3": Qwen3Parser,
         "qwen3_thinking": Qwen3ThinkingParser,
         "glm45": Glm45Parser,
+        "mistral": MistralParser,
     }
     assert GatewayConfig(("h:1",), Path("m"), reasoning_parser="qwen3").reasoning_parser == "qwen3"
     with pytest.raises(ValueError, match=r"unknown reasoning parser 'o1' \(known: deepseek_r1, deepseek_v3"):
