@@ -285,7 +285,8 @@ def add_reply_parser_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="split a thinking model's <think> reasoning off its answer, into reasoning_content "
         "(deepseek_r1, deepseek_v3, qwen3_thinking: reasoning until </think>; qwen3, glm45: only after "
-        "a leading <think>; mistral: [THINK]...[/THINK]; SGLang's spellings such as deepseek-r1 too); "
+        "a leading <think>; mistral: [THINK]...[/THINK]; granite: its 'Here is my thought process:' and "
+        "'Here is my response:'; SGLang's spellings such as deepseek-r1 too); "
         "default: all text",
     )
     p.add_argument(

@@ -7,6 +7,7 @@ from treespec.gateway.reasoning_parsers.think import (
     DeepSeekR1Parser,
     DeepSeekV3Parser,
     Glm45Parser,
+    GraniteParser,
     MistralParser,
     Qwen3Parser,
     Qwen3ThinkingParser,
@@ -21,6 +22,7 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
         Qwen3ThinkingParser,
         Glm45Parser,
         MistralParser,
+        GraniteParser,
     )
 }
 ALIASES = {"deepseek-r1": "deepseek_r1", "deepseek-v3": "deepseek_v3", "qwen3-thinking": "qwen3_thinking"}

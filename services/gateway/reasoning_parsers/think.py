@@ -1,5 +1,5 @@
-"""`<think>...</think>` reasoning, as DeepSeek-R1, Qwen3 and GLM-4.5 write it, and Mistral's
-`[THINK]...[/THINK]` (Magistral, Ministral reasoning models).
+"""`<think>...</think>` reasoning, as DeepSeek-R1, Qwen3 and GLM-4.5 write it, Mistral's
+`[THINK]...[/THINK]` (Magistral, Ministral reasoning models), and Granite's plain-text markers.
 
 deepseek_r1: the output is reasoning until `</think>` (its chat template may already have opened
 `<think>` in the prompt, so the output need not hold it); an output without `</think>` is all
@@ -20,14 +20,15 @@ END = "</think>"
 
 
 class ThinkParser(ReasoningParser):
-    """Reasoning between a start and an end marker."""
+    """Reasoning between a start and an end marker (any of their spellings)."""
 
-    start_marker: ClassVar[str] = START
-    end_marker = END
-    reasons_without_start: ClassVar[bool]  # an output not opening with start_marker reasons still
+    start_markers: ClassVar[tuple[str, ...]] = (START,)
+    end_markers: ClassVar[tuple[str, ...]] = (END,)
+    end_marker = END  # where a grammar starts: each of end_markers ends with it
+    reasons_without_start: ClassVar[bool]  # an output not opening with a start marker reasons still
 
     def reader(self) -> ReasoningReader:
-        return ThinkReader(self.start_marker, self.end_marker, self.reasons_without_start)
+        return ThinkReader(self.start_markers, self.end_markers, self.reasons_without_start)
 
 
 class DeepSeekR1Parser(ThinkParser):
@@ -45,10 +46,23 @@ class MistralParser(ThinkParser):
     this parser reads, as vLLM reads it); an output that does not open with [THINK] is the answer."""
 
     name = "mistral"
-    start_marker = "[THINK]"
+    start_markers = ("[THINK]",)
+    end_markers = ("[/THINK]",)
     end_marker = "[/THINK]"
     reasons_without_start = False
     keeps_special_tokens = True
+
+
+class GraniteParser(ThinkParser):
+    """IBM Granite 3.2+ with thinking on: plain text markers, "Here is my thought process:" then "Here
+    is my response:" ("Here's" too, as vLLM reads them); an output that does not open with the first
+    is the answer."""
+
+    name = "granite"
+    start_markers = ("Here is my thought process:", "Here's my thought process:")
+    end_markers = ("Here is my response:", "Here's my response:")
+    end_marker = "my response:"
+    reasons_without_start = False
 
 
 class DeepSeekV3Parser(DeepSeekR1Parser):
@@ -71,8 +85,8 @@ class Glm45Parser(Qwen3Parser):
 
 
 class ThinkReader(ReasoningReader):
-    def __init__(self, start: str, end: str, reasons_without_start: bool) -> None:
-        self.start, self.end = start, end
+    def __init__(self, starts: tuple[str, ...], ends: tuple[str, ...], reasons_without_start: bool) -> None:
+        self.starts, self.ends = starts, ends
         self.reasons_without_start = reasons_without_start
         self._state: Literal["opening", "reasoning", "answer"] = "opening"
         self._pending = ""
@@ -90,14 +104,15 @@ class ThinkReader(ReasoningReader):
         if self._state == "opening" and not self._open(final):
             return parts
         if self._state == "reasoning":
-            end = self._pending.find(self.end)
-            if end < 0:
-                keep = 0 if final else held_back(self._pending, self.end)
+            found = [(at, marker) for marker in self.ends if (at := self._pending.find(marker)) >= 0]
+            if not found:
+                keep = 0 if final else max(held_back(self._pending, marker) for marker in self.ends)
                 parts.append(Part("reasoning", self._pending[: len(self._pending) - keep]))
                 self._pending = self._pending[len(self._pending) - keep :]
             else:
+                end, marker = min(found)
                 parts.append(Part("reasoning", self._pending[:end]))
-                self._pending = self._pending[end + len(self.end) :]
+                self._pending = self._pending[end + len(marker) :]
                 self._state = "answer"
         if self._state == "answer":
             if not self._answer_started:
@@ -110,10 +125,11 @@ class ThinkReader(ReasoningReader):
     def _open(self, final: bool) -> bool:
         """Whether the output's opening is known: the start marker (dropped), or something else."""
         head = self._pending.lstrip()
-        if not final and self.start.startswith(head):
-            return False  # nothing yet, or the start marker being written
-        if head.startswith(self.start):
-            self._pending = head[len(self.start) :]
+        if not final and any(marker.startswith(head) for marker in self.starts):
+            return False  # nothing yet, or a start marker being written
+        start = next((marker for marker in self.starts if head.startswith(marker)), None)
+        if start is not None:
+            self._pending = head[len(start) :]
             self._state = "reasoning"
         else:
             self._state = "reasoning" if self.reasons_without_start else "answer"

@@ -16,6 +16,7 @@ from treespec.gateway.reasoning_parsers.think import (
     DeepSeekR1Parser,
     DeepSeekV3Parser,
     Glm45Parser,
+    GraniteParser,
     MistralParser,
     Qwen3Parser,
     Qwen3ThinkingParser,
@@ -77,6 +78,30 @@ def _as_mistral(text: str) -> str:
     return text.replace("<think>", "[THINK]").replace("</think>", "[/THINK]").replace("<thin", "[THIN")
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "Here is my thought process:\nTwo and two.\nHere is my response:\nFour.",
+            ("\nTwo and two.\n", "Four."),
+        ),
+        ("Here's my thought process: a Here's my response: b", (" a ", "b")),
+        ("Here is my thought process: a Here's my response: b", (" a ", "b")),  # mixed spellings
+        ("Here is my thought process: cut short", (" cut short", "")),
+        ("Four.", ("", "Four.")),  # thinking off: the answer at once
+        ("Here is my answer: Four.", ("", "Here is my answer: Four.")),
+        ("Here", ("", "Here")),
+    ],
+)
+def test_granite_s_plain_text_markers(text: str, expected: tuple[str, str]) -> None:
+    parser = GraniteParser()
+    assert _split(parser, [text]) == expected
+    for seed in range(20):
+        assert _split(parser, random_pieces(text, random.Random(seed))) == expected
+    assert all(marker.endswith(parser.end_marker) for marker in parser.end_markers)  # the grammar's
+    assert parser.grammar_starts_after("<|start_of_role|>assistant<|end_of_role|>") == "my response:"
+
+
 def test_mistral_s_markers_are_special_tokens_kept_in_the_text() -> None:
     assert MistralParser.keeps_special_tokens and not Qwen3Parser.keeps_special_tokens
     assert MistralParser().grammar_starts_after("[INST]Hi[/INST]") == "[/THINK]"
@@ -101,6 +126,7 @@ def test_the_registry_and_the_config_name_each_parser() -> None:
         "qwen3_thinking": Qwen3ThinkingParser,
         "glm45": Glm45Parser,
         "mistral": MistralParser,
+        "granite": GraniteParser,
     }
     assert GatewayConfig(("h:1",), Path("m"), reasoning_parser="qwen3").reasoning_parser == "qwen3"
     with pytest.raises(ValueError, match=r"unknown reasoning parser 'o1' \(known: deepseek_r1, deepseek_v3"):
