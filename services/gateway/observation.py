@@ -78,8 +78,8 @@ class Observation:
         now = time.perf_counter()
         if self._first_output is None:
             self._first_output = now
-        previous = self._last_output.get(event.index)
         if event.token_ids:
+            previous = self._last_output.get(event.index)
             if previous is not None:
                 self._metrics.compat.output_gap(now - previous)
             self._last_output[event.index] = now

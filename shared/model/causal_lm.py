@@ -203,7 +203,7 @@ class CausalLM:
     def _rotate(self, qk: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """The rotary embedding over each head's leading rotated dims (all of them but for a partial
         rotary factor, whose other dims pass through)."""
-        rotated = self.config.rotated_dims
+        rotated = self.config.rotary_dim
         if rotated == qk.shape[-1]:
             return apply_rope(qk, cos, sin)
         return torch.cat([apply_rope(qk[..., :rotated], cos, sin), qk[..., rotated:]], dim=-1)

@@ -13,7 +13,8 @@ from treespec.shared.model.moe import MoeConfig
 SLIDING, FULL = "sliding_attention", "full_attention"  # Gemma 3's kinds of layer
 QKV_BIAS_FAMILIES = ("qwen2", "qwen2_moe", "glm4")  # biases on q, k and v, none on the output projection
 
-# Architectures whose weights and maths the own forward implements: the Llama family.
+# Architectures whose weights and maths the own forward implements: decoder-only transformers, each
+# family's differences from Llama named by ModelConfig's fields.
 SUPPORTED_ARCHITECTURES = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
@@ -80,8 +81,9 @@ FAMILY_LAYER_NORMS = {
 
 @dataclass(frozen=True)
 class Multipliers:
-    """Granite's muP multipliers: of the embedding, of each block's output before it joins the residual
-    stream, the attention's scale (instead of 1/sqrt(head_dim)), and the logits' divisor."""
+    """Scalings around the layers: of the embedding, of each block's output before it joins the
+    residual stream, the attention's scale (instead of 1/sqrt(head_dim)), and the logits' divisor
+    (Granite's muP multipliers; Gemma's embedding and attention scales; Cohere's logit scale)."""
 
     embedding: float = 1.0
     residual: float = 1.0
@@ -109,7 +111,7 @@ class Multipliers:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """What the forward pass needs to know about a Llama-family checkpoint."""
+    """What the forward pass needs to know about a checkpoint of a supported architecture."""
 
     architecture: str
     family: str
@@ -120,6 +122,7 @@ class ModelConfig:
     num_heads: int
     num_kv_heads: int
     head_dim: int
+    rotary_dim: int  # the leading dims of each head that the rotary embedding turns (partial_rotary_factor)
     rms_norm_eps: float
     max_position_embeddings: int
     tie_word_embeddings: bool
@@ -150,12 +153,6 @@ class ModelConfig:
     final_logit_softcapping: float | None = None
     norm_centered: bool = False  # LayerNorm without bias (mean removed) instead of RMSNorm (Cohere)
     parallel_blocks: bool = False  # the attention and the MLP read one norm's output, both added at once
-    rotary_dim: int = 0  # the leading dims of each head that rotate (partial_rotary_factor; 0: all)
-
-    @property
-    def rotated_dims(self) -> int:
-        """The leading dims of each head that the rotary embedding turns."""
-        return self.rotary_dim or self.head_dim
 
     @property
     def layer_windows(self) -> tuple[int | None, ...]:
@@ -204,6 +201,7 @@ class ModelConfig:
             num_heads=num_heads,
             num_kv_heads=int(raw.get("num_key_value_heads") or num_heads),
             head_dim=head_dim,
+            rotary_dim=_rotary_dim(raw, head_dim),
             rms_norm_eps=float(raw.get("rms_norm_eps") or raw.get("layer_norm_eps") or 1e-6),
             max_position_embeddings=int(raw.get("max_position_embeddings", 4096)),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
@@ -228,7 +226,6 @@ class ModelConfig:
             final_logit_softcapping=_optional_float(raw.get("final_logit_softcapping")),
             norm_centered=family == "cohere",
             parallel_blocks=family == "cohere",
-            rotary_dim=_rotary_dim(raw, head_dim),
         )
 
     @classmethod

@@ -111,7 +111,7 @@ class StepRows:
 def _plain_config(config: ModelConfig) -> bool:
     """A model whose layers the C++ loop computes: SwiGLU after attention, RMSNorms, one rotary table
     turning whole heads in every layer, no q/k norms, no per-layer windows."""
-    plain_rope = not config.nope_layers and config.rotated_dims == config.head_dim
+    plain_rope = not config.nope_layers and config.rotary_dim == config.head_dim
     plain_blocks = not (config.norm_centered or config.parallel_blocks) and config.activation == "silu"
     return not (config.qk_norm or config.layer_types) and plain_rope and plain_blocks
 

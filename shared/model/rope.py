@@ -52,9 +52,11 @@ def build_layer_ropes(config: ModelConfig, device: torch.device) -> LayerRopes:
     # entry per kind, or rope_theta and rope_scaling beside rope_local_base_freq), or one set for all
     # kinds (Gemma 2).
     parameters = _hf_config(config).rope_parameters
-    per_kind = {kind: parameters.get(kind, parameters) for kind in kinds}
     tables = tuple(
-        _tables(config, dict(per_kind[kind]), device, kind if kind in parameters else None) for kind in kinds
+        _tables(config, dict(parameters[kind]), device, kind)
+        if kind in parameters
+        else _tables(config, dict(parameters), device)
+        for kind in kinds
     )
     return LayerRopes(tables, tuple(kinds.index(kind) for kind in config.layer_types))
 
@@ -62,7 +64,7 @@ def build_layer_ropes(config: ModelConfig, device: torch.device) -> LayerRopes:
 def _tables(
     config: ModelConfig, params: dict[str, Any], device: torch.device, layer_type: str | None = None
 ) -> RopeTables:
-    """cos/sin over the rotated dims (config.rotated_dims) of every position. LongRoPE (Phi-3.5, Phi-4
+    """cos/sin over the rotated dims (config.rotary_dim) of every position. LongRoPE (Phi-3.5, Phi-4
     mini) rotates positions below its original context with its short factors and the later ones with
     its long factors, as transformers does for a sequence decoded past that length."""
     positions = torch.arange(config.max_position_embeddings, dtype=torch.float32)
@@ -86,8 +88,8 @@ def _inv_freq(
     rope_type = _rope_type(params)
     if rope_type == "default":
         theta = float(params.get("rope_theta") or config.raw.get("rope_theta", 10000.0))
-        dims = torch.arange(0, config.rotated_dims, 2, dtype=torch.float32)
-        return 1.0 / (theta ** (dims / config.rotated_dims)), 1.0
+        dims = torch.arange(0, config.rotary_dim, 2, dtype=torch.float32)
+        return 1.0 / (theta ** (dims / config.rotary_dim)), 1.0
     if rope_type == "dynamic" or rope_type not in ROPE_INIT_FUNCTIONS:
         raise ModelLoadError(f"unsupported rope type {rope_type!r}")
     # Scaled variants (llama3, yarn, linear, longrope): transformers owns the formulas.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable, Iterator
@@ -164,6 +165,11 @@ class _Loader:
     device: torch.device
     prefix: str = "model."  # where the text model's tensors are (_text_model_names)
 
+    @functools.cached_property
+    def halves_order(self) -> torch.Tensor:
+        """The q/k/v rows' order that makes interleaved rotary pairs halves (_rotary_halves_order)."""
+        return _rotary_halves_order(self.config)
+
     def tensor(self, name: str, shape: tuple[int, ...], dtype: torch.dtype | None = None) -> torch.Tensor:
         t = self.source.get(name)
         if tuple(t.shape) != shape:
@@ -187,7 +193,7 @@ class _Loader:
             return self.norm(name, (heads * c.head_dim,))
         shape = (heads, c.head_dim) if c.family == "cohere" else (c.head_dim,)
         weight = self.norm(name, shape)
-        return weight[..., _rotary_halves_order(c)[: c.head_dim]] if c.rope_interleaved else weight
+        return weight[..., self.halves_order[: c.head_dim]] if c.rope_interleaved else weight
 
     def optional(self, name: str, shape: tuple[int, ...], present: bool) -> torch.Tensor | None:
         return self.tensor(name, shape) if present else None
@@ -217,7 +223,7 @@ class _Loader:
         c = self.config
         h, sizes = c.hidden_size, (c.q_size, c.kv_size, c.kv_size)
         names = ("q_proj", "k_proj", "v_proj")
-        rows = _rotary_halves_order(c) if c.rope_interleaved else slice(None)
+        rows = self.halves_order if c.rope_interleaved else slice(None)
         qkv = _transposed(
             (
                 self.tensor(f"{p}qkv_proj.weight", (sum(sizes), h))  # fused in the checkpoint (Phi-3)
@@ -309,7 +315,7 @@ def _rotary_halves_order(config: ModelConfig) -> torch.Tensor:
     """The q/k/v projection's rows reordered so that each q and k head's interleaved rotary pairs
     (0, 1), (2, 3)... become (0, d/2), (1, d/2 + 1)... over its d rotated dims: the usual rotation
     then computes the interleaved one, and q.k is the same sum in another order. v keeps its rows."""
-    d, head = config.rotated_dims, config.head_dim
+    d, head = config.rotary_dim, config.head_dim
     within = [*range(0, d, 2), *range(1, d, 2), *range(d, head)]
     qk_heads = config.num_heads + config.num_kv_heads
     order = [h * head + j for h in range(qk_heads) for j in within]
